@@ -1,0 +1,22 @@
+"""cann_llm: GGUF language models on Ascend NPUs (or the acl_host runtime) from Python.
+
+`import cann_llm` stays cheap: the compiled backend (cann_llm.backend, the only module that
+touches the cffi extension) loads on first use of a name it provides, so `cann-llm --version`
+works even where the native libraries cannot load.
+"""
+
+__version__ = "0.1.0"
+
+_BACKEND_NAMES = (
+    "Backend", "Buffer", "BufferType", "CannError", "Context", "Device", "Event", "Graph",
+    "Op", "Registry", "Status", "Tensor", "TensorType", "check", "runtime_name",
+)
+
+__all__ = ["__version__", *_BACKEND_NAMES]
+
+
+def __getattr__(name):
+    if name in _BACKEND_NAMES:
+        from . import backend
+        return getattr(backend, name)
+    raise AttributeError(f"module 'cann_llm' has no attribute {name!r}")

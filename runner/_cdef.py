@@ -1,0 +1,248 @@
+"""GENERATED - do not edit. Made by scripts/gen_cdef.py from backend_cann/include/cann_llm.h.
+
+The cffi declarations of the public C API; runner/_ffi_build.py compiles them in API mode against
+the real header, so a declaration that disagrees with it fails the build.
+"""
+
+CLM_ABI_VERSION = 1
+
+CDEF = r"""
+#define CLM_ABI_VERSION 1
+#define CLM_MAX_DIMS 4
+#define CLM_MAX_SRC 10
+#define CLM_MAX_OP_PARAMS 16
+#define CLM_MAX_NAME 64
+
+typedef enum clm_status {
+    CLM_OK = 0,
+    CLM_ERR_INVALID_ARG = 1,
+    CLM_ERR_OUT_OF_MEMORY = 2,
+    CLM_ERR_UNSUPPORTED = 3,
+    CLM_ERR_DEVICE = 4,
+    CLM_ERR_STATE = 5,
+} clm_status;
+
+typedef enum clm_type {
+    CLM_TYPE_F32 = 0,
+    CLM_TYPE_F16 = 1,
+    CLM_TYPE_Q4_0 = 2,
+    CLM_TYPE_Q4_1 = 3,
+    CLM_TYPE_Q5_0 = 6,
+    CLM_TYPE_Q5_1 = 7,
+    CLM_TYPE_Q8_0 = 8,
+    CLM_TYPE_Q8_1 = 9,
+    CLM_TYPE_Q2_K = 10,
+    CLM_TYPE_Q3_K = 11,
+    CLM_TYPE_Q4_K = 12,
+    CLM_TYPE_Q5_K = 13,
+    CLM_TYPE_Q6_K = 14,
+    CLM_TYPE_Q8_K = 15,
+    CLM_TYPE_I8 = 24,
+    CLM_TYPE_I16 = 25,
+    CLM_TYPE_I32 = 26,
+    CLM_TYPE_I64 = 27,
+    CLM_TYPE_F64 = 28,
+    CLM_TYPE_BF16 = 30,
+    CLM_TYPE_COUNT = 31,
+} clm_type;
+
+typedef enum clm_op {
+    CLM_OP_NONE = 0,
+    CLM_OP_DUP,
+    CLM_OP_ADD,
+    CLM_OP_MUL,
+    CLM_OP_SCALE,
+    CLM_OP_CPY,
+    CLM_OP_CONT,
+    CLM_OP_RESHAPE,
+    CLM_OP_VIEW,
+    CLM_OP_PERMUTE,
+    CLM_OP_TRANSPOSE,
+    CLM_OP_GET_ROWS,
+    CLM_OP_SET_ROWS,
+    CLM_OP_RMS_NORM,
+    CLM_OP_MUL_MAT,
+    CLM_OP_ROPE,
+    CLM_OP_SOFT_MAX,
+    CLM_OP_FLASH_ATTN_EXT,
+    CLM_OP_ARGMAX,
+    CLM_OP_UNARY,
+    CLM_OP_GLU,
+    CLM_OP_COUNT,
+} clm_op;
+
+typedef enum clm_unary_op {
+    CLM_UNARY_OP_SILU = 0,
+    CLM_UNARY_OP_COUNT,
+} clm_unary_op;
+
+typedef enum clm_glu_op {
+    CLM_GLU_OP_SWIGLU = 0,
+    CLM_GLU_OP_COUNT,
+} clm_glu_op;
+
+typedef enum clm_tensor_flag {
+    CLM_TENSOR_FLAG_INPUT = 1,
+    CLM_TENSOR_FLAG_OUTPUT = 2,
+    CLM_TENSOR_FLAG_PARAM = 4,
+} clm_tensor_flag;
+
+typedef enum clm_buffer_usage {
+    CLM_BUFFER_USAGE_ANY = 0,
+    CLM_BUFFER_USAGE_WEIGHTS = 1,
+    CLM_BUFFER_USAGE_COMPUTE = 2,
+} clm_buffer_usage;
+
+typedef enum clm_device_type {
+    CLM_DEVICE_TYPE_CPU = 0,
+    CLM_DEVICE_TYPE_GPU = 1,
+    CLM_DEVICE_TYPE_ACCEL = 2,
+} clm_device_type;
+
+typedef struct clm_context clm_context;
+typedef struct clm_graph clm_graph;
+typedef struct clm_buffer_type clm_buffer_type;
+typedef struct clm_buffer clm_buffer;
+typedef struct clm_backend clm_backend;
+typedef struct clm_device clm_device;
+typedef struct clm_reg clm_reg;
+typedef struct clm_event clm_event;
+
+typedef struct clm_tensor {
+    int32_t type;
+    int32_t op;
+    int64_t ne[CLM_MAX_DIMS];
+    size_t nb[CLM_MAX_DIMS];
+    int32_t op_params[CLM_MAX_OP_PARAMS];
+    int32_t flags;
+    struct clm_tensor *src[CLM_MAX_SRC];
+    struct clm_tensor *view_src;
+    size_t view_offs;
+    void *data;
+    clm_buffer *buffer;
+    void *extra;
+    char name[CLM_MAX_NAME];
+} clm_tensor;
+
+int32_t clm_abi_version(void);
+const char *clm_version(void);
+const char *clm_last_error(void);
+void clm_clear_error(void);
+const char *clm_runtime_name(void);
+
+const char *clm_type_name(int32_t type);
+int64_t clm_type_block_size(int32_t type);
+size_t clm_type_size(int32_t type);
+bool clm_type_is_quantized(int32_t type);
+size_t clm_row_size(int32_t type, int64_t ne0);
+const char *clm_op_name(int32_t op);
+const char *clm_op_desc(const clm_tensor *tensor);
+
+clm_status clm_context_new(size_t max_tensors, clm_context **out);
+void clm_context_free(clm_context *ctx);
+size_t clm_context_n_tensors(const clm_context *ctx);
+clm_tensor *clm_context_tensor(const clm_context *ctx, size_t i);
+
+clm_status clm_new_tensor(clm_context *ctx, int32_t type, int32_t n_dims, const int64_t *ne,
+                          clm_tensor **out);
+clm_status clm_tensor_set_name(clm_tensor *tensor, const char *name);
+size_t clm_nbytes(const clm_tensor *tensor);
+int64_t clm_nelements(const clm_tensor *tensor);
+int64_t clm_nrows(const clm_tensor *tensor);
+bool clm_is_contiguous(const clm_tensor *tensor);
+bool clm_is_view_op(int32_t op);
+
+clm_status clm_view_4d(clm_context *ctx, clm_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2,
+                       int64_t ne3, size_t nb1, size_t nb2, size_t nb3, size_t offset,
+                       clm_tensor **out);
+clm_status clm_reshape_4d(clm_context *ctx, clm_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2,
+                          int64_t ne3, clm_tensor **out);
+clm_status clm_permute(clm_context *ctx, clm_tensor *a, int32_t axis0, int32_t axis1, int32_t axis2,
+                       int32_t axis3, clm_tensor **out);
+clm_status clm_transpose(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_add(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+clm_status clm_mul(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
+clm_status clm_cpy(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+clm_status clm_cont(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_new_op(clm_context *ctx, int32_t op, int32_t type, int32_t n_dims, const int64_t *ne,
+                      clm_tensor *const *srcs, int32_t n_src, const void *params,
+                      size_t params_size, clm_tensor **out);
+
+clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);
+
+clm_status clm_graph_build_forward(clm_graph *graph, clm_tensor *tensor);
+size_t clm_graph_n_nodes(const clm_graph *graph);
+clm_tensor *clm_graph_node(const clm_graph *graph, size_t i);
+size_t clm_graph_n_leafs(const clm_graph *graph);
+clm_tensor *clm_graph_leaf(const clm_graph *graph, size_t i);
+void clm_graph_reset(clm_graph *graph);
+
+clm_status clm_cann_reg(clm_reg **out);
+const char *clm_reg_name(const clm_reg *reg);
+size_t clm_reg_device_count(const clm_reg *reg);
+clm_status clm_reg_device(const clm_reg *reg, size_t index, clm_device **out);
+
+const char *clm_device_name(const clm_device *dev);
+const char *clm_device_description(const clm_device *dev);
+clm_status clm_device_memory(clm_device *dev, size_t *free_bytes, size_t *total_bytes);
+int32_t clm_device_type(const clm_device *dev);
+int32_t clm_device_id(const clm_device *dev);
+bool clm_device_caps_async(const clm_device *dev);
+bool clm_device_caps_events(const clm_device *dev);
+bool clm_device_caps_host_buffer(const clm_device *dev);
+clm_status clm_device_init_backend(clm_device *dev, clm_backend **out);
+clm_buffer_type *clm_device_buffer_type(clm_device *dev);
+clm_buffer_type *clm_device_host_buffer_type(clm_device *dev);
+bool clm_device_supports_op(clm_device *dev, const clm_tensor *op);
+bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft);
+bool clm_device_offload_op(clm_device *dev, const clm_tensor *op);
+clm_status clm_device_event_new(clm_device *dev, clm_event **out);
+void clm_event_free(clm_event *event);
+clm_status clm_event_synchronize(clm_event *event);
+
+const char *clm_buft_name(const clm_buffer_type *buft);
+clm_status clm_buft_alloc_buffer(clm_buffer_type *buft, size_t size, clm_buffer **out);
+size_t clm_buft_alignment(const clm_buffer_type *buft);
+size_t clm_buft_max_size(const clm_buffer_type *buft);
+size_t clm_buft_alloc_size(const clm_buffer_type *buft, const clm_tensor *tensor);
+bool clm_buft_is_host(const clm_buffer_type *buft);
+clm_device *clm_buft_device(const clm_buffer_type *buft);
+
+void clm_buffer_free(clm_buffer *buffer);
+void *clm_buffer_base(const clm_buffer *buffer);
+size_t clm_buffer_size(const clm_buffer *buffer);
+clm_buffer_type *clm_buffer_buft(const clm_buffer *buffer);
+void clm_buffer_set_usage(clm_buffer *buffer, int32_t usage);
+int32_t clm_buffer_usage(const clm_buffer *buffer);
+bool clm_buffer_is_host(const clm_buffer *buffer);
+clm_status clm_buffer_clear(clm_buffer *buffer, uint8_t value);
+
+clm_status clm_tensor_alloc(clm_buffer *buffer, clm_tensor *tensor, size_t offset);
+
+clm_status clm_tensor_view_init(clm_tensor *tensor);
+
+clm_status clm_tensor_set(clm_tensor *tensor, const void *data, size_t offset, size_t size);
+clm_status clm_tensor_get(const clm_tensor *tensor, void *data, size_t offset, size_t size);
+clm_status clm_tensor_memset(clm_tensor *tensor, uint8_t value, size_t offset, size_t size);
+
+clm_status clm_tensor_copy(const clm_tensor *src, clm_tensor *dst);
+
+void clm_backend_free(clm_backend *backend);
+const char *clm_backend_name(const clm_backend *backend);
+clm_device *clm_backend_device(const clm_backend *backend);
+clm_status clm_backend_set_tensor_async(clm_backend *backend, clm_tensor *tensor, const void *data,
+                                        size_t offset, size_t size);
+clm_status clm_backend_get_tensor_async(clm_backend *backend, const clm_tensor *tensor, void *data,
+                                        size_t offset, size_t size);
+
+clm_status clm_backend_cpy_tensor_async(clm_backend *backend_src, clm_backend *backend_dst,
+                                        const clm_tensor *src, clm_tensor *dst);
+clm_status clm_backend_synchronize(clm_backend *backend);
+
+clm_status clm_backend_graph_compute(clm_backend *backend, clm_graph *graph);
+clm_status clm_backend_event_record(clm_backend *backend, clm_event *event);
+clm_status clm_backend_event_wait(clm_backend *backend, clm_event *event);
+"""

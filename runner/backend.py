@@ -1,0 +1,577 @@
+"""Owning Python wrappers over libcann_llm: registry, devices, buffers, contexts, graphs, backends.
+
+The only module that touches the cffi extension (ffi/lib); everything above it (loader, graph
+builder, splitter, CLI, server) uses these classes. C statuses become CannError with the C
+message. Shapes: `ne` is in ggml order (ne[0] fastest); numpy arrays use numpy order (reversed ne).
+"""
+
+import enum
+
+import numpy as np
+
+from . import _cdef, dtypes
+
+try:
+    from ._cann_llm import ffi, lib
+except ImportError as exc:  # the message names the missing library or symbol
+    raise ImportError(f"cann_llm: cannot load the compiled backend ({exc}); "
+                      "reinstall the package with `pip install .`") from exc
+
+if lib.clm_abi_version() != _cdef.CLM_ABI_VERSION:
+    raise ImportError(f"cann_llm: libcann_llm has ABI version {lib.clm_abi_version()}, the Python "
+                      f"bindings expect {_cdef.CLM_ABI_VERSION}; rebuild with `pip install .`")
+
+
+def _c_enum(c_name: str, prefix: str, py_name: str) -> type[enum.IntEnum]:
+    """An IntEnum from a C enum in the cdef (never hand-copied, so it cannot drift)."""
+    members = {name[len(prefix):]: value
+               for name, value in ffi.typeof(c_name).relements.items()
+               if not name.endswith("_COUNT")}
+    return enum.IntEnum(py_name, dict(sorted(members.items(), key=lambda kv: kv[1])))
+
+
+Status = _c_enum("clm_status", "CLM_", "Status")
+TensorType = _c_enum("clm_type", "CLM_TYPE_", "TensorType")
+Op = _c_enum("clm_op", "CLM_OP_", "Op")
+DeviceType = _c_enum("enum clm_device_type", "CLM_DEVICE_TYPE_", "DeviceType")
+BufferUsage = _c_enum("enum clm_buffer_usage", "CLM_BUFFER_USAGE_", "BufferUsage")
+TensorFlag = _c_enum("clm_tensor_flag", "CLM_TENSOR_FLAG_", "TensorFlag")
+
+
+def _text(c_string) -> str:
+    return "" if c_string == ffi.NULL else ffi.string(c_string).decode("utf-8", "replace")
+
+
+class CannError(Exception):
+    """A failed C call: `status` is a Status, `message` the C side's clm_last_error() text."""
+
+    def __init__(self, status: int, message: str):
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        self.status = status
+        self.message = message
+        name = status.name if isinstance(status, Status) else f"status {status}"
+        super().__init__(f"{name}: {message}" if message else name)
+
+
+def check(status: int, what: str = "") -> None:
+    """Raise CannError for a non-OK status, with the message the C side left for this thread."""
+    if status != lib.CLM_OK:
+        message = _text(lib.clm_last_error()) or what
+        lib.clm_clear_error()
+        raise CannError(status, message)
+
+
+def runtime_name() -> str:
+    """'acl_host' (host build) or 'toolkit' (linked to the real CANN libraries)."""
+    return _text(lib.clm_runtime_name())
+
+
+def library_version() -> str:
+    return _text(lib.clm_version())
+
+
+def type_traits(tensor_type: int) -> tuple[int, int]:
+    """(elements per block, bytes per block) of a type, as the C core knows them."""
+    return int(lib.clm_type_block_size(tensor_type)), int(lib.clm_type_size(tensor_type))
+
+
+def _closed(what: str) -> CannError:
+    return CannError(Status.ERR_STATE, f"{what} was already freed")
+
+
+class _Owned:
+    """A handle freed by close(); `with` closes it, __del__ is only a backstop."""
+
+    _ptr = ffi.NULL
+    _free = None
+
+    def close(self) -> None:
+        ptr, self._ptr = self._ptr, ffi.NULL
+        if ptr != ffi.NULL and self._free is not None:
+            type(self)._free(ptr)
+
+    free = close
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr == ffi.NULL
+
+    def _handle(self):
+        if self._ptr == ffi.NULL:
+            raise _closed(type(self).__name__)
+        return self._ptr
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may already be gone
+            pass
+
+
+# ---- registry, devices, buffer types ---------------------------------------------------------
+
+class Registry:
+    """The CANN registry (aclInit once; one Device per NPU). Owned by the library, never freed."""
+
+    def __init__(self):
+        out = ffi.new("clm_reg **")
+        check(lib.clm_cann_reg(out), "clm_cann_reg")
+        self._ptr = out[0]
+
+    @property
+    def name(self) -> str:
+        return _text(lib.clm_reg_name(self._ptr))
+
+    @property
+    def devices(self) -> list["Device"]:
+        result = []
+        for index in range(lib.clm_reg_device_count(self._ptr)):
+            out = ffi.new("clm_device **")
+            check(lib.clm_reg_device(self._ptr, index, out), "clm_reg_device")
+            result.append(Device(out[0]))
+        return result
+
+
+class Device:
+    """One NPU (CANN0, CANN1, ...). Devices live as long as the library."""
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    name = property(lambda self: _text(lib.clm_device_name(self._ptr)))
+    description = property(lambda self: _text(lib.clm_device_description(self._ptr)))
+    id = property(lambda self: int(lib.clm_device_id(self._ptr)))
+    type = property(lambda self: DeviceType(lib.clm_device_get_type(self._ptr)))
+    caps_async = property(lambda self: bool(lib.clm_device_caps_async(self._ptr)))
+    caps_events = property(lambda self: bool(lib.clm_device_caps_events(self._ptr)))
+
+    def memory(self) -> tuple[int, int]:
+        """(free, total) device memory in bytes."""
+        free, total = ffi.new("size_t *"), ffi.new("size_t *")
+        check(lib.clm_device_memory(self._ptr, free, total), "clm_device_memory")
+        return int(free[0]), int(total[0])
+
+    def init_backend(self) -> "Backend":
+        out = ffi.new("clm_backend **")
+        check(lib.clm_device_init_backend(self._ptr, out), "clm_device_init_backend")
+        return Backend(out[0], self)
+
+    @property
+    def buffer_type(self) -> "BufferType":
+        return BufferType(lib.clm_device_buffer_type(self._ptr))
+
+    @property
+    def host_buffer_type(self) -> "BufferType | None":
+        ptr = lib.clm_device_host_buffer_type(self._ptr)
+        return None if ptr == ffi.NULL else BufferType(ptr)
+
+    def supports_op(self, tensor: "Tensor") -> bool:
+        return bool(lib.clm_device_supports_op(self._ptr, tensor.c))
+
+    def supports_buft(self, buffer_type: "BufferType") -> bool:
+        return bool(lib.clm_device_supports_buft(self._ptr, buffer_type._ptr))
+
+    def offload_op(self, tensor: "Tensor") -> bool:
+        return bool(lib.clm_device_offload_op(self._ptr, tensor.c))
+
+    def new_event(self) -> "Event":
+        out = ffi.new("clm_event **")
+        check(lib.clm_device_event_new(self._ptr, out), "clm_device_event_new")
+        return Event(out[0])
+
+    def __repr__(self):
+        return f"Device({self.name!r}, {self.description!r})"
+
+
+class BufferType:
+    """Where buffers come from (device memory, or pinned host memory). Owned by its device."""
+
+    def __init__(self, ptr):
+        if ptr == ffi.NULL:
+            raise CannError(Status.ERR_INVALID_ARG, "NULL buffer type")
+        self._ptr = ptr
+
+    name = property(lambda self: _text(lib.clm_buft_name(self._ptr)))
+    alignment = property(lambda self: int(lib.clm_buft_alignment(self._ptr)))
+    max_size = property(lambda self: int(lib.clm_buft_max_size(self._ptr)))
+    is_host = property(lambda self: bool(lib.clm_buft_is_host(self._ptr)))
+
+    def alloc_buffer(self, size: int) -> "Buffer":
+        out = ffi.new("clm_buffer **")
+        check(lib.clm_buft_alloc_buffer(self._ptr, size, out), f"alloc_buffer({size})")
+        return Buffer(out[0])
+
+    def alloc_size(self, tensor: "Tensor") -> int:
+        return int(lib.clm_buft_alloc_size(self._ptr, tensor.c))
+
+    def __eq__(self, other):
+        return isinstance(other, BufferType) and self._ptr == other._ptr
+
+    def __hash__(self):
+        return hash(int(ffi.cast("uintptr_t", self._ptr)))
+
+
+class Buffer(_Owned):
+    """A block of device (or host) memory that tensors are placed in."""
+
+    _free = lib.clm_buffer_free
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    base = property(lambda self: int(ffi.cast("uintptr_t", lib.clm_buffer_base(self._handle()))))
+    size = property(lambda self: int(lib.clm_buffer_size(self._handle())))
+    is_host = property(lambda self: bool(lib.clm_buffer_is_host(self._handle())))
+    buffer_type = property(lambda self: BufferType(lib.clm_buffer_buft(self._handle())))
+
+    @property
+    def usage(self) -> int:
+        return BufferUsage(lib.clm_buffer_get_usage(self._handle()))
+
+    @usage.setter
+    def usage(self, value: int) -> None:
+        lib.clm_buffer_set_usage(self._handle(), int(value))
+
+    def clear(self, value: int = 0) -> None:
+        check(lib.clm_buffer_clear(self._handle(), value), "clm_buffer_clear")
+
+
+class Event(_Owned):
+    """A point on a stream that another stream (or the host) can wait for."""
+
+    _free = lib.clm_event_free
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    def synchronize(self) -> None:
+        check(lib.clm_event_synchronize(self._handle()), "clm_event_synchronize")
+
+
+# ---- contexts, tensors, graphs ------------------------------------------------------------------
+
+class Context(_Owned):
+    """A C arena of tensor metadata and graphs. Tensors and graphs keep their context alive."""
+
+    _free = lib.clm_context_free
+
+    def __init__(self, max_tensors: int = 1024):
+        out = ffi.new("clm_context **")
+        check(lib.clm_context_new(max_tensors, out), "clm_context_new")
+        self._ptr = out[0]
+
+    def _tensor(self, out) -> "Tensor":
+        return Tensor(self, out[0])
+
+    def new_tensor(self, tensor_type: int, ne, name: str | None = None) -> "Tensor":
+        """A tensor of shape `ne` in ggml order (ne[0] fastest), not yet placed in a buffer."""
+        ne_c = ffi.new("int64_t[]", list(ne))
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_new_tensor(self._handle(), int(tensor_type), len(ne), ne_c, out),
+              "clm_new_tensor")
+        tensor = self._tensor(out)
+        if name:
+            tensor.name = name
+        return tensor
+
+    @property
+    def tensors(self) -> list["Tensor"]:
+        handle = self._handle()
+        return [Tensor(self, lib.clm_context_tensor(handle, i))
+                for i in range(lib.clm_context_n_tensors(handle))]
+
+    # views (ggml order throughout)
+    def view_4d(self, a, ne, nb123, offset: int = 0) -> "Tensor":
+        ne = list(ne) + [1] * (4 - len(ne))
+        nb123 = list(nb123) + [0] * (3 - len(nb123))
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_view_4d(self._handle(), a.c, *ne, *nb123, offset, out), "clm_view_4d")
+        return self._tensor(out)
+
+    def reshape(self, a, ne) -> "Tensor":
+        ne = list(ne) + [1] * (4 - len(ne))
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_reshape_4d(self._handle(), a.c, *ne, out), "clm_reshape_4d")
+        return self._tensor(out)
+
+    def permute(self, a, axis0: int, axis1: int, axis2: int, axis3: int) -> "Tensor":
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_permute(self._handle(), a.c, axis0, axis1, axis2, axis3, out), "clm_permute")
+        return self._tensor(out)
+
+    def transpose(self, a) -> "Tensor":
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_transpose(self._handle(), a.c, out), "clm_transpose")
+        return self._tensor(out)
+
+    # compute nodes
+    def _binary(self, fn, a, b, what) -> "Tensor":
+        out = ffi.new("clm_tensor **")
+        check(fn(self._handle(), a.c, b.c, out), what)
+        return self._tensor(out)
+
+    def add(self, a, b) -> "Tensor":
+        return self._binary(lib.clm_add, a, b, "clm_add")
+
+    def mul(self, a, b) -> "Tensor":
+        return self._binary(lib.clm_mul, a, b, "clm_mul")
+
+    def cpy(self, a, b) -> "Tensor":
+        """a's elements into b (types may differ); the result is a view of b."""
+        return self._binary(lib.clm_cpy, a, b, "clm_cpy")
+
+    def cont(self, a) -> "Tensor":
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_cont(self._handle(), a.c, out), "clm_cont")
+        return self._tensor(out)
+
+    def new_op(self, op: int, tensor_type: int, ne, srcs, params: bytes = b"") -> "Tensor":
+        """A generic node: result type and shape (ggml order) computed by the caller."""
+        ne_c = ffi.new("int64_t[]", list(ne))
+        srcs_c = ffi.new("clm_tensor *[]", [s.c for s in srcs] or [ffi.NULL])
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_new_op(self._handle(), int(op), int(tensor_type), len(ne), ne_c, srcs_c,
+                             len(srcs), params, len(params), out), "clm_new_op")
+        return self._tensor(out)
+
+    def new_graph(self, max_nodes: int = 2048) -> "Graph":
+        out = ffi.new("clm_graph **")
+        check(lib.clm_graph_new(self._handle(), max_nodes, out), "clm_graph_new")
+        return Graph(self, out[0])
+
+    def alloc_tensors(self, buffer_type: BufferType) -> Buffer:
+        """Place every unplaced tensor of this context in one new buffer (views share their
+        source's memory); the tensors keep the buffer alive."""
+        tensors = self.tensors
+        alignment = max(buffer_type.alignment, 1)
+        offsets, total = {}, 0
+        for tensor in tensors:
+            if tensor.c.view_src == ffi.NULL and tensor.c.data == ffi.NULL:
+                offsets[tensor.address] = total
+                size = buffer_type.alloc_size(tensor)
+                total += (size + alignment - 1) // alignment * alignment
+        buffer = buffer_type.alloc_buffer(max(total, alignment))
+        for tensor in tensors:
+            if tensor.address in offsets:
+                tensor.alloc(buffer, offsets[tensor.address])
+            elif tensor.c.view_src != ffi.NULL and tensor.c.data == ffi.NULL:
+                tensor.view_init(buffer)
+        return buffer
+
+
+class Tensor:
+    """A clm_tensor in a Context. `ne`/`nb` are ggml order; set()/get() take numpy order."""
+
+    def __init__(self, ctx: Context, ptr):
+        self._ctx = ctx          # keeps the arena (and so *ptr) alive
+        self._ptr = ptr
+        self._buffer = None      # keeps the memory the data pointer lies in alive
+
+    @property
+    def c(self):
+        """The clm_tensor * (struct fields are writable: used by tests of the sanitizer)."""
+        if self._ctx.closed:
+            raise _closed("the tensor's context")
+        return self._ptr
+
+    address = property(lambda self: int(ffi.cast("uintptr_t", self._ptr)))
+    type = property(lambda self: TensorType(self.c.type))
+    op = property(lambda self: Op(self.c.op))
+    op_desc = property(lambda self: _text(lib.clm_op_desc(self.c)))
+    ne = property(lambda self: tuple(int(n) for n in self.c.ne))
+    nb = property(lambda self: tuple(int(n) for n in self.c.nb))
+    nbytes = property(lambda self: int(lib.clm_nbytes(self.c)))
+    nelements = property(lambda self: int(lib.clm_nelements(self.c)))
+    is_contiguous = property(lambda self: bool(lib.clm_is_contiguous(self.c)))
+    src = property(lambda self: [Tensor(self._ctx, s) for s in self.c.src if s != ffi.NULL])
+
+    @property
+    def n_dims(self) -> int:
+        ne = self.ne
+        return next((i + 1 for i in range(3, 0, -1) if ne[i] > 1), 1)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """numpy order; for quantized types the last axis counts bytes of a row."""
+        dims = list(self.ne[:self.n_dims])
+        if not dtypes.is_plain(self.type.name):
+            dims[0] = int(lib.clm_row_size(self.c.type, dims[0]))
+        return tuple(reversed(dims))
+
+    @property
+    def name(self) -> str:
+        return _text(self.c.name)
+
+    @name.setter
+    def name(self, value: str) -> None:
+        check(lib.clm_tensor_set_name(self.c, value.encode()), "clm_tensor_set_name")
+
+    @property
+    def data(self) -> int:
+        """The device (or host) address of element 0, 0 until placed."""
+        return int(ffi.cast("uintptr_t", self.c.data))
+
+    @data.setter
+    def data(self, address: int) -> None:
+        self.c.data = ffi.cast("void *", address)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return dtypes.numpy_dtype(self.type.name)
+
+    def alloc(self, buffer: Buffer, offset: int = 0) -> None:
+        check(lib.clm_tensor_alloc(buffer._handle(), self.c, offset), "clm_tensor_alloc")
+        self._buffer = buffer
+
+    def view_init(self, buffer: Buffer | None = None) -> None:
+        check(lib.clm_tensor_view_init(self.c), "clm_tensor_view_init")
+        self._buffer = buffer
+
+    def _host_array(self, array) -> np.ndarray:
+        """array as a C-contiguous numpy array of this tensor's dtype and element count."""
+        dtype = self.dtype
+        array = np.asarray(array)
+        if self.type.name == "BF16" and array.dtype != np.uint16:
+            raise TypeError("BF16 data travels as uint16 bit patterns: use dtypes.bf16_bits()")
+        array = np.ascontiguousarray(array, dtype=dtype)
+        if array.nbytes != self.nbytes:
+            raise ValueError(f"tensor {self.name or '?'} of shape {self.shape} (numpy order) "
+                             f"holds {self.nbytes} bytes, the array has {array.nbytes}")
+        return array
+
+    def _require_contiguous(self):
+        if not self.is_contiguous:
+            raise CannError(Status.ERR_INVALID_ARG, "set()/get() need a contiguous tensor")
+
+    def set(self, array) -> None:
+        """Copy a host array (numpy order) into the tensor, synchronously."""
+        self._require_contiguous()
+        host = self._host_array(array)
+        check(lib.clm_tensor_set(self.c, ffi.from_buffer(host), 0, host.nbytes), "clm_tensor_set")
+
+    def get(self) -> np.ndarray:
+        """The tensor's data as a new numpy array (numpy order), synchronously."""
+        self._require_contiguous()
+        host = np.empty(self.shape, dtype=self.dtype)
+        check(lib.clm_tensor_get(self.c, ffi.from_buffer(host), 0, host.nbytes), "clm_tensor_get")
+        return host
+
+    def memset(self, value: int = 0) -> None:
+        check(lib.clm_tensor_memset(self.c, value, 0, self.nbytes), "clm_tensor_memset")
+
+    def copy_to(self, dst: "Tensor") -> None:
+        check(lib.clm_tensor_copy(self.c, dst.c), "clm_tensor_copy")
+
+    def __eq__(self, other):
+        return isinstance(other, Tensor) and self._ptr == other._ptr
+
+    def __hash__(self):
+        return self.address
+
+    def __repr__(self):
+        return f"Tensor({self.name!r}, {self.type.name}, ne={self.ne}, op={self.op.name})"
+
+
+class Graph:
+    """A compute graph in a Context: nodes in topological order (ggml_build_forward_expand)."""
+
+    def __init__(self, ctx: Context, ptr):
+        self._ctx = ctx
+        self._ptr = ptr
+        self._outputs = []   # the tensors built from, so their buffers outlive the graph
+
+    def _handle(self):
+        if self._ctx.closed:
+            raise _closed("the graph's context")
+        return self._ptr
+
+    def build_forward(self, tensor: Tensor) -> "Graph":
+        check(lib.clm_graph_build_forward(self._handle(), tensor.c), "clm_graph_build_forward")
+        self._outputs.append(tensor)
+        return self
+
+    @property
+    def nodes(self) -> list[Tensor]:
+        handle = self._handle()
+        return [Tensor(self._ctx, lib.clm_graph_node(handle, i))
+                for i in range(lib.clm_graph_n_nodes(handle))]
+
+    @property
+    def leafs(self) -> list[Tensor]:
+        handle = self._handle()
+        return [Tensor(self._ctx, lib.clm_graph_leaf(handle, i))
+                for i in range(lib.clm_graph_n_leafs(handle))]
+
+    def reset(self) -> None:
+        lib.clm_graph_reset(self._handle())
+        self._outputs.clear()
+
+
+# ---- backends (streams) -------------------------------------------------------------------------
+
+class Backend(_Owned):
+    """A stream on a device. Work is asynchronous: synchronize() before reading results. Host
+    arrays and graphs handed to asynchronous calls are kept alive until the next synchronize()."""
+
+    _free = lib.clm_backend_free
+
+    def __init__(self, ptr, device: Device):
+        self._ptr = ptr
+        self.device = device
+        self._in_flight = []
+
+    def close(self) -> None:
+        super().close()
+        self._in_flight.clear()
+
+    name = property(lambda self: _text(lib.clm_backend_name(self._handle())))
+
+    def synchronize(self) -> None:
+        try:
+            check(lib.clm_backend_synchronize(self._handle()), "clm_backend_synchronize")
+        finally:
+            self._in_flight.clear()
+
+    def graph_compute(self, graph: Graph) -> None:
+        self._in_flight.append(graph)
+        check(lib.clm_backend_graph_compute(self._handle(), graph._handle()),
+              "clm_backend_graph_compute")
+
+    def set_tensor_async(self, tensor: Tensor, array, offset: int = 0) -> None:
+        """Queue a host -> tensor copy of `array` at byte `offset`; the array is kept alive."""
+        host = np.ascontiguousarray(array)
+        self._in_flight.append(host)
+        check(lib.clm_backend_set_tensor_async(self._handle(), tensor.c, ffi.from_buffer(host),
+                                               offset, host.nbytes), "set_tensor_async")
+
+    def get_tensor_async(self, tensor: Tensor, out: np.ndarray | None = None,
+                         offset: int = 0) -> np.ndarray:
+        """Queue a tensor -> host copy; the returned array is valid after synchronize()."""
+        if out is None:
+            out = np.empty(tensor.shape, dtype=tensor.dtype)
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("get_tensor_async needs a writable C-contiguous array")
+        self._in_flight.append(out)
+        check(lib.clm_backend_get_tensor_async(self._handle(), tensor.c, ffi.from_buffer(out),
+                                               offset, out.nbytes), "get_tensor_async")
+        return out
+
+    def cpy_tensor_async(self, dst_backend: "Backend", src: Tensor, dst: Tensor) -> None:
+        """Copy src (on this backend) into dst (on dst_backend), ordered on both streams."""
+        check(lib.clm_backend_cpy_tensor_async(self._handle(), dst_backend._handle(), src.c,
+                                               dst.c), "cpy_tensor_async")
+
+    def event_record(self, event: Event) -> None:
+        check(lib.clm_backend_event_record(self._handle(), event._handle()), "event_record")
+
+    def event_wait(self, event: Event) -> None:
+        check(lib.clm_backend_event_wait(self._handle(), event._handle()), "event_wait")
