@@ -1,0 +1,198 @@
+/* cann_backend.c - a CANN backend is one stream on one device: async copies, synchronize,
+ * events, and graph_compute dispatching each node to its op family. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cann/cann_common.h"
+
+static cann_backend_ctx *backend_ctx(const clm_backend *backend) { return backend->context; }
+
+static const char *backend_name(const clm_backend *backend) { return backend_ctx(backend)->name; }
+
+static clm_status backend_synchronize(clm_backend *backend) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    aclError err = aclrtSynchronizeStream(ctx->stream);
+    if (err != ACL_SUCCESS) return cann_acl_error(err, "aclrtSynchronizeStream");
+    cann_scratch_release(&ctx->scratch, false);
+    return CLM_OK;
+}
+
+static void backend_free(clm_backend *backend) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    if (cann_set_device(ctx->device) == CLM_OK) {
+        aclrtSynchronizeStream(ctx->stream);
+        cann_scratch_release(&ctx->scratch, true);
+        aclrtDestroyStream(ctx->stream);
+        aclGetRecentErrMsg();
+    }
+    free(ctx);
+    free(backend);
+}
+
+static clm_status backend_set_tensor_async(clm_backend *backend, clm_tensor *tensor, const void *data,
+                                           size_t offset, size_t size) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    CANN_ACL(aclrtMemcpyAsync((char *)tensor->data + offset, size, data, size, ACL_MEMCPY_HOST_TO_DEVICE,
+                              ctx->stream));
+    return CLM_OK;
+}
+
+static clm_status backend_get_tensor_async(clm_backend *backend, const clm_tensor *tensor, void *data,
+                                           size_t offset, size_t size) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    CANN_ACL(aclrtMemcpyAsync(data, size, (const char *)tensor->data + offset, size, ACL_MEMCPY_DEVICE_TO_HOST,
+                              ctx->stream));
+    return CLM_OK;
+}
+
+/* Device-to-device copy ordered on the source stream; when the destination is another backend,
+ * the source stream is synchronized so the destination's later work sees the data (as ggml's
+ * CANN backend does). */
+static clm_status backend_cpy_tensor_async(clm_backend *backend_src, clm_backend *backend_dst,
+                                           const clm_tensor *src, clm_tensor *dst) {
+    if (backend_src->iface.get_name != backend_name || backend_dst->iface.get_name != backend_name ||
+        !cann_buffer_is_device(src->buffer) || !cann_buffer_is_device(dst->buffer)) {
+        return CLM_ERR_UNSUPPORTED;
+    }
+    cann_backend_ctx *ctx_src = backend_ctx(backend_src), *ctx_dst = backend_ctx(backend_dst);
+    clm_status st;
+    if (ctx_src->device != ctx_dst->device) {
+        int32_t can_access = 0;
+        CANN_ACL(aclrtDeviceCanAccessPeer(&can_access, ctx_src->device, ctx_dst->device));
+        if (!can_access) return CLM_ERR_UNSUPPORTED;
+        if ((st = cann_set_device(ctx_dst->device)) != CLM_OK) return st;
+        if (aclrtDeviceEnablePeerAccess(ctx_src->device, 0) != ACL_SUCCESS) aclGetRecentErrMsg();
+    }
+    if ((st = cann_set_device(ctx_src->device)) != CLM_OK) return st;
+    if (ctx_src->device != ctx_dst->device && aclrtDeviceEnablePeerAccess(ctx_dst->device, 0) != ACL_SUCCESS) {
+        aclGetRecentErrMsg();
+    }
+    size_t size = clm_nbytes(src);
+    CANN_ACL(aclrtMemcpyAsync(dst->data, size, src->data, size, ACL_MEMCPY_DEVICE_TO_DEVICE, ctx_src->stream));
+    if (backend_src != backend_dst) return backend_synchronize(backend_src);
+    return CLM_OK;
+}
+
+static clm_status backend_event_record(clm_backend *backend, clm_event *event) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    CANN_ACL(aclrtRecordEvent(event->context, ctx->stream));
+    return CLM_OK;
+}
+
+static clm_status backend_event_wait(clm_backend *backend, clm_event *event) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    CANN_ACL(aclrtStreamWaitEvent(ctx->stream, event->context));
+    return CLM_OK;
+}
+
+/* ---- op dispatch ------------------------------------------------------------------------------ */
+static bool node_is_allocated(const clm_tensor *t) { return t->data != NULL && t->buffer != NULL; }
+
+bool cann_supports_op(clm_device *dev, const clm_tensor *op) {
+    switch (op->op) {
+        case CLM_OP_NONE:
+        case CLM_OP_VIEW:
+        case CLM_OP_RESHAPE:
+        case CLM_OP_PERMUTE:
+        case CLM_OP_TRANSPOSE:
+            return true;
+        case CLM_OP_ADD:
+        case CLM_OP_MUL:
+            return cann_supports_binary(op);
+        case CLM_OP_CPY:
+        case CLM_OP_DUP:
+        case CLM_OP_CONT:
+            return cann_supports_cpy(op);
+        default:
+            return false;
+    }
+}
+
+static clm_status compute_node(cann_backend_ctx *ctx, clm_tensor *node) {
+    switch (node->op) {
+        case CLM_OP_ADD:
+        case CLM_OP_MUL:
+            return cann_op_binary(ctx, node);
+        case CLM_OP_CPY:
+        case CLM_OP_DUP:
+        case CLM_OP_CONT:
+            return cann_op_cpy(ctx, node);
+        default:
+            return clm_error(CLM_ERR_UNSUPPORTED, "op %s is not implemented on CANN", clm_op_desc(node));
+    }
+}
+
+static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    for (size_t i = 0; i < clm_graph_n_nodes(graph); i++) {
+        clm_tensor *node = clm_graph_node(graph, i);
+        if (node->op == CLM_OP_NONE || clm_is_view_op(node->op)) continue;
+        if (!node_is_allocated(node)) {
+            return clm_error(CLM_ERR_INVALID_ARG, "%s: node %zu '%s' (%s) has no memory", ctx->name, i, node->name,
+                             clm_op_desc(node));
+        }
+        for (int s = 0; s < CLM_MAX_SRC; s++) {
+            if (node->src[s] != NULL && !node_is_allocated(node->src[s])) {
+                return clm_error(CLM_ERR_INVALID_ARG, "%s: source %d '%s' of node '%s' (%s) has no memory", ctx->name,
+                                 s, node->src[s]->name, node->name, clm_op_desc(node));
+            }
+        }
+        clm_clear_error();
+        st = compute_node(ctx, node);
+        if (st != CLM_OK) {
+            char cause[1024];
+            snprintf(cause, sizeof(cause), "%s", clm_last_error());
+            return clm_error(st, "%s: node %zu '%s' (%s) failed: %s", ctx->name, i, node->name, clm_op_desc(node),
+                             cause);
+        }
+    }
+    return CLM_OK;
+}
+
+static const struct clm_backend_i cann_backend_iface = {
+    .get_name = backend_name,
+    .free = backend_free,
+    .set_tensor_async = backend_set_tensor_async,
+    .get_tensor_async = backend_get_tensor_async,
+    .cpy_tensor_async = backend_cpy_tensor_async,
+    .synchronize = backend_synchronize,
+    .graph_compute = backend_graph_compute,
+    .event_record = backend_event_record,
+    .event_wait = backend_event_wait,
+};
+
+clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
+    int device = dev->id;
+    clm_status st = cann_set_device(device);
+    if (st != CLM_OK) return st;
+    cann_backend_ctx *ctx = calloc(1, sizeof(*ctx));
+    clm_backend *backend = calloc(1, sizeof(*backend));
+    if (ctx == NULL || backend == NULL) {
+        free(ctx);
+        free(backend);
+        return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    ctx->device = device;
+    snprintf(ctx->name, sizeof(ctx->name), "CANN%d", device);
+    aclError err = aclrtCreateStream(&ctx->stream);
+    if (err != ACL_SUCCESS) {
+        free(ctx);
+        free(backend);
+        return cann_acl_error(err, "aclrtCreateStream");
+    }
+    *backend = (clm_backend){.iface = cann_backend_iface, .device = dev, .context = ctx};
+    *out = backend;
+    return CLM_OK;
+}
