@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Header fidelity: check the backend against real CANN headers.
+#
+#   scripts/check_headers.sh TOOLKIT_DIR      a full CANN toolkit tree (ASCEND_TOOLKIT_HOME, or an
+#                                             unpacked version directory such as .../8.1.RC1)
+#   scripts/check_headers.sh --runtime-only INCLUDE_DIR
+#                                             a directory holding only the acl runtime headers
+#                                             (acl/acl.h ...), e.g. torch_npu/include from the
+#                                             torch-npu wheel
+#
+# Both modes compile every backend source (backend_cann/src) in toolkit mode against the real
+# runtime headers, with implicit declarations as errors. The full mode also compiles a C++ unit
+# that includes the real aclnn headers together with backend_cann/src/cann/aclnn_api.h, so any
+# prototype that differs from CANN's is a "conflicting declaration" compile error, and checks
+# that every function the project declares exists in the real headers.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+backend="$here/backend_cann"
+decls="$backend/src/cann/aclnn_api.h"
+CC=${CC:-gcc}
+CXX=${CXX:-g++}
+
+runtime_only=0
+if [ "${1:-}" = "--runtime-only" ]; then
+  runtime_only=1
+  shift
+fi
+[ $# -eq 1 ] || { echo "usage: $0 [--runtime-only] DIR" >&2; exit 2; }
+root=$(cd "$1" && pwd)
+
+# Locate the runtime include directory (the one holding acl/acl.h).
+include_dir=""
+for cand in "$root" "$root/include" "$root"/*-linux/include; do
+  if [ -f "$cand/acl/acl.h" ]; then include_dir=$cand; break; fi
+done
+[ -n "$include_dir" ] || { echo "check_headers: no acl/acl.h under $root" >&2; exit 1; }
+echo "runtime headers: $include_dir"
+
+# 1. Every backend source compiles in toolkit mode against the real runtime headers.
+status=0
+for src in "$backend"/src/core/*.c "$backend"/src/cann/*.c; do
+  if ! "$CC" -std=gnu11 -fsyntax-only -Wall -Werror=implicit-function-declaration \
+      -Werror=incompatible-pointer-types -Werror=int-conversion \
+      -DCLM_RUNTIME_NAME='"toolkit"' -I"$backend/include" -I"$backend/src" -I"$include_dir" "$src"; then
+    echo "FAIL: $src does not compile against $include_dir" >&2
+    status=1
+  fi
+done
+[ $status -eq 0 ] && echo "ok: backend sources compile against the real runtime headers"
+[ $runtime_only -eq 1 ] && exit $status
+
+# 2. The project's aclnn declarations against the real aclnn headers.
+aclnnop_dir=""
+for cand in "$include_dir/aclnnop" "$root/opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop" \
+            "$root"/*/opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop; do
+  if [ -d "$cand" ]; then aclnnop_dir=$cand; break; fi
+done
+[ -n "$aclnnop_dir" ] || { echo "check_headers: no aclnnop/ headers under $root" >&2; exit 1; }
+[ -f "$include_dir/aclnn/acl_meta.h" ] || { echo "check_headers: no aclnn/acl_meta.h in $include_dir" >&2; exit 1; }
+echo "aclnn op headers: $aclnnop_dir"
+
+functions=$(grep -oE '\b(acl[A-Za-z0-9_]+)\(' "$decls" | tr -d '(' | sort -u)
+unit=$(mktemp --suffix=.cpp)
+trap 'rm -f "$unit"' EXIT
+{
+  echo '#include "aclnn/acl_meta.h"'
+  echo '#include "aclnn/aclnn_base.h"'
+  for fn in $functions; do
+    case "$fn" in aclnn*) ;; *) continue ;; esac
+    header=$(grep -lE "\\b$fn\\(" "$aclnnop_dir"/*.h 2>/dev/null | head -n 1 || true)
+    [ -n "$header" ] && echo "#include \"aclnnop/$(basename "$header")\""
+  done | sort -u
+  echo "#include \"$decls\""
+} > "$unit"
+
+missing=0
+for fn in $functions; do
+  if ! grep -qrE "\\b$fn\\(" "$include_dir/aclnn" "$include_dir/acl" "$aclnnop_dir"; then
+    echo "FAIL: $fn is declared in aclnn_api.h but not in the real headers" >&2
+    missing=1
+  fi
+done
+[ $missing -eq 0 ] && echo "ok: all $(echo "$functions" | wc -w) declared functions exist in the real headers"
+
+if "$CXX" -std=c++17 -fsyntax-only -I"$include_dir" -I"$include_dir/aclnn" -I"$(dirname "$aclnnop_dir")" \
+    -I"$aclnnop_dir" "$unit"; then
+  echo "ok: aclnn_api.h prototypes match the real headers"
+else
+  echo "FAIL: aclnn_api.h disagrees with the real aclnn headers (see the compiler errors above)" >&2
+  status=1
+fi
+exit $(( status | missing ))
