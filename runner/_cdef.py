@@ -188,7 +188,7 @@ clm_status clm_reg_device(const clm_reg *reg, size_t index, clm_device **out);
 const char *clm_device_name(const clm_device *dev);
 const char *clm_device_description(const clm_device *dev);
 clm_status clm_device_memory(clm_device *dev, size_t *free_bytes, size_t *total_bytes);
-int32_t clm_device_type(const clm_device *dev);
+int32_t clm_device_get_type(const clm_device *dev);
 int32_t clm_device_id(const clm_device *dev);
 bool clm_device_caps_async(const clm_device *dev);
 bool clm_device_caps_events(const clm_device *dev);
@@ -216,7 +216,7 @@ void *clm_buffer_base(const clm_buffer *buffer);
 size_t clm_buffer_size(const clm_buffer *buffer);
 clm_buffer_type *clm_buffer_buft(const clm_buffer *buffer);
 void clm_buffer_set_usage(clm_buffer *buffer, int32_t usage);
-int32_t clm_buffer_usage(const clm_buffer *buffer);
+int32_t clm_buffer_get_usage(const clm_buffer *buffer);
 bool clm_buffer_is_host(const clm_buffer *buffer);
 clm_status clm_buffer_clear(clm_buffer *buffer, uint8_t value);
 

@@ -73,6 +73,12 @@ def library_version() -> str:
     return _text(lib.clm_version())
 
 
+def type_name(tensor_type: int) -> str | None:
+    """The C core's name of a type ("f32", "q4_0"), None for an unknown type."""
+    name = lib.clm_type_name(tensor_type)
+    return None if name == ffi.NULL else _text(name)
+
+
 def type_traits(tensor_type: int) -> tuple[int, int]:
     """(elements per block, bytes per block) of a type, as the C core knows them."""
     return int(lib.clm_type_block_size(tensor_type)), int(lib.clm_type_size(tensor_type))

@@ -1,0 +1,50 @@
+"""Shared fixtures: the installed cann_llm package, its first device and a backend (stream) on it.
+
+The tests import cann_llm as installed (pip install '.[test]'), never the work tree's runner/
+directly; helpers here run Python in a subprocess for settings read at library init.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def clm():
+    from cann_llm import backend
+    return backend
+
+
+@pytest.fixture(scope="session")
+def device(clm):
+    devices = clm.Registry().devices
+    assert devices, "the CANN registry lists no device"
+    return devices[0]
+
+
+@pytest.fixture
+def backend(device):
+    with device.init_backend() as stream:
+        yield stream
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (same venv) with extra environment variables."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def package_file(name: str) -> pathlib.Path:
+    """A file installed in the cann_llm package dir (editable installs have several dirs)."""
+    import cann_llm
+    for directory in cann_llm.__path__:
+        candidate = pathlib.Path(directory) / name
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"{name} is not in the installed cann_llm package {cann_llm.__path__}")

@@ -1,0 +1,49 @@
+"""Type numbers and sizes of the C core against gguf: GGUF tensor type ids map directly."""
+
+import gguf
+import numpy as np
+import pytest
+
+
+def test_every_c_type_matches_gguf_by_name(clm):
+    for tensor_type in clm.TensorType:
+        gguf_type = gguf.GGMLQuantizationType[tensor_type.name]
+        assert int(tensor_type) == int(gguf_type), tensor_type.name
+
+
+def test_c_type_names(clm):
+    for tensor_type in clm.TensorType:
+        assert clm.type_name(tensor_type) == tensor_type.name.lower() or \
+            clm.type_name(tensor_type).upper() == tensor_type.name
+
+
+@pytest.mark.parametrize("name", ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K",
+                                  "I8", "I16", "I32", "I64", "F64"])
+def test_block_and_type_sizes_match_gguf(clm, name):
+    tensor_type = clm.TensorType[name]
+    block_size, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
+    assert clm.type_traits(tensor_type) == (block_size, type_size)
+
+
+def test_all_c_types_have_gguf_sizes(clm):
+    for tensor_type in clm.TensorType:
+        expected = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[tensor_type.name]]
+        assert clm.type_traits(tensor_type) == expected, tensor_type.name
+
+
+def test_unknown_type_has_no_traits(clm):
+    assert clm.type_traits(5) == (0, 0)   # 5 was Q4_2, removed from ggml
+    assert clm.type_name(5) is None
+
+
+def test_numpy_dtypes_have_the_type_size(clm):
+    from cann_llm import dtypes
+    for name, dtype in dtypes.NUMPY_DTYPE_BY_NAME.items():
+        assert clm.type_traits(clm.TensorType[name]) == (1, dtype.itemsize), name
+
+
+def test_bf16_bits_round_trip():
+    from cann_llm import dtypes
+    values = np.array([0.0, 1.0, -2.5, 3.140625, 65504.0], dtype=np.float32)
+    assert np.array_equal(dtypes.bf16_to_f32(dtypes.bf16_bits(values)), values)
+    assert dtypes.bf16_bits(np.float32(1.0)) == 0x3F80
