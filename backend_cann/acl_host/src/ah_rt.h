@@ -1,0 +1,74 @@
+/* ah_rt.h - glue between the runtime's own files (runtime.c, memory.c, copy.c, stream.c,
+ * threadpool.c, error.c). The aclnn ops use ah.h only.
+ */
+#ifndef AH_RT_H
+#define AH_RT_H
+
+#include "ah.h"
+
+/* Streams per device, default streams included (Atlas A2). */
+#define AH_MAX_STREAMS_PER_DEVICE 1984
+
+/* ---- error.c ---- */
+/* Moves this thread's recent message into buf ("" when there is none) and clears it. */
+void ah_error_take(char *buf, size_t size);
+
+/* ---- runtime.c: configuration read at aclInit ---- */
+bool ah_rt_deferred(void);
+size_t ah_rt_device_capacity(void);
+/* True if peer access was enabled from a to b or from b to a. */
+bool ah_rt_peer_enabled(int a, int b);
+/* ACL_SUCCESS with *device = the calling thread's device, else an error naming `api`. */
+aclError ah_rt_require_device(const char *api, int *device);
+
+/* ---- memory.c ---- */
+/* ah_mem_classify with `what` naming the operand in the error message. */
+aclError ah_mem_classify_named(const void *ptr, size_t size, const char *what, ah_mem_kind *kind,
+                               int *device);
+/* Run-time recheck of a queued task's range: fails only if it now lies in a freed block. */
+aclError ah_mem_check_live(const ah_range *range, const char *task);
+/* Releases quarantined blocks that no pending task can still reach. */
+void ah_mem_collect(void);
+bool ah_mem_has_quarantine(void);
+/* aclFinalize: unmaps every block. */
+void ah_mem_release_all(void);
+
+/* ---- stream.c ---- */
+struct ah_stream;
+/* Resolves a handle (NULL: the current device's default stream) for a launch. */
+aclError ah_stream_resolve(aclrtStream handle, const char *api, struct ah_stream **out);
+/* Queues a task whose ranges were already checked; *seq gets its index on the stream. */
+aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
+                           ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
+                           uint64_t *seq);
+/* Blocks until the stream has finished its first `seq` tasks (runs them in deferred mode). */
+void ah_stream_wait_seq(struct ah_stream *s, uint64_t seq);
+/* Global task numbering for the quarantine: the last number handed out, and the smallest
+ * number of any task still queued or running (UINT64_MAX when all streams are idle). */
+uint64_t ah_stream_last_gseq(void);
+uint64_t ah_stream_oldest_pending_gseq(void);
+aclError ah_stream_create_default(int device);
+aclError ah_stream_sync_device(int device, int32_t timeout_ms);
+/* Drains and destroys every stream of a device (device reset), or of all devices (-1). */
+void ah_stream_destroy_device(int device);
+/* A stream handle accepted by synchronize/query: any live stream (NULL: the default one). */
+aclError ah_stream_resolve_any(aclrtStream handle, const char *api, struct ah_stream **out);
+
+/* Prefix snapshots for events: "the first `count` tasks of stream s in its life `generation`".
+ * A destroyed stream drained its queue, so its old snapshots are complete. */
+uint32_t ah_stream_generation(struct ah_stream *s);
+bool ah_stream_prefix_done(struct ah_stream *s, uint32_t generation, uint64_t count);
+/* Waits for (in deferred mode: runs) the prefix; errors stay with the stream. */
+void ah_stream_wait_prefix(struct ah_stream *s, uint32_t generation, uint64_t count);
+/* Waits for (in deferred mode: runs) the prefix, then reports and clears the stream's sticky
+ * error. timeout_ms -1: no limit; on expiry ACL_ERROR_RT_STREAM_SYNC_TIMEOUT. */
+aclError ah_stream_sync_prefix(struct ah_stream *s, uint32_t generation, uint64_t count,
+                               int32_t timeout_ms, const char *api);
+
+/* ---- event.c ---- */
+void ah_event_release_all(void);
+
+/* ---- threadpool.c ---- */
+void ah_pool_shutdown(void);
+
+#endif /* AH_RT_H */
