@@ -41,7 +41,7 @@ def _compute(device, backend, build, inputs):
 def test_registry_lists_cann0(clm, device):
     registry = clm.Registry()
     assert registry.devices[0].name == "CANN0"
-    assert device.type == clm.DeviceType.ACCEL
+    assert device.type == clm.DeviceType.GPU   # as ggml-cann reports its devices
     if clm.runtime_name() == "acl_host":
         assert device.description == "acl_host"
     else:
@@ -281,7 +281,9 @@ def test_use_after_free_is_an_error(clm, device, backend):
         with pytest.raises(clm.CannError) as failure:
             backend.graph_compute(graph)
             backend.synchronize()
-        assert re.search(r"(?i)free|quarantin|not .*live|unknown|invalid", str(failure.value))
+        # the freed block is either still quarantined or no longer device memory at all
+        assert re.search(r"(?i)free|quarantin|not device memory", str(failure.value)), \
+            str(failure.value)
     _still_works(clm, device)
 
 

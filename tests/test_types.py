@@ -42,8 +42,10 @@ def test_numpy_dtypes_have_the_type_size(clm):
         assert clm.type_traits(clm.TensorType[name]) == (1, dtype.itemsize), name
 
 
-def test_bf16_bits_round_trip():
+def test_bf16_bits_round_trip_and_round_to_nearest_even():
     from cann_llm import dtypes
-    values = np.array([0.0, 1.0, -2.5, 3.140625, 65504.0], dtype=np.float32)
-    assert np.array_equal(dtypes.bf16_to_f32(dtypes.bf16_bits(values)), values)
+    exact = np.array([0.0, 1.0, -2.5, 3.140625, 65536.0], dtype=np.float32)
+    assert np.array_equal(dtypes.bf16_to_f32(dtypes.bf16_bits(exact)), exact)
     assert dtypes.bf16_bits(np.float32(1.0)) == 0x3F80
+    halfway = np.array([1 + 2**-8, 1 + 3 * 2**-8], dtype=np.float32)   # ties go to the even bits
+    assert dtypes.bf16_to_f32(dtypes.bf16_bits(halfway)).tolist() == [1.0, 1 + 2**-6]
