@@ -56,6 +56,9 @@ static void test_init_and_devices(void)
     CHECK(aclGetRecentErrMsg() != NULL);
     CHECK(aclGetRecentErrMsg() == NULL);
     CHECK(aclFinalize() == ACL_ERROR_REPEAT_FINALIZE);
+    uint32_t before_init = 0;
+    setenv("CANN_LLM_HOST_DEVICES", "3", 1);
+    CHECK(aclrtGetDeviceCount(&before_init) == ACL_SUCCESS && before_init == 3);
 
     setenv("CANN_LLM_HOST_DEVICES", "2", 1);
     setenv("CANN_LLM_HOST_MEMORY", "64M", 1);
@@ -252,6 +255,10 @@ static void test_use_after_free(size_t big_size)
     CHECK(aclrtCreateStream(&s) == ACL_SUCCESS);
     CHECK(aclrtMalloc(&big, big_size, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
     CHECK(aclrtMalloc(&victim, 4096, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+    CHECK(aclrtMemsetAsync(big, big_size, 0, big_size, s) == ACL_SUCCESS);
+    aclError rc = aclrtSynchronizeStreamWithTimeout(s, 1);
+    CHECK(rc == ACL_SUCCESS || rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    CHECK(aclrtSynchronizeStreamWithTimeout(s, 60000) == ACL_SUCCESS);
     CHECK(aclrtMemsetAsync(big, big_size, 1, big_size, s) == ACL_SUCCESS); /* slow */
     CHECK(aclrtMemsetAsync(victim, 4096, 2, 4096, s) == ACL_SUCCESS);
     CHECK(aclrtFree(victim) == ACL_SUCCESS); /* quarantined: the memset is still queued */

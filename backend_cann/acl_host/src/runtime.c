@@ -88,19 +88,27 @@ static bool parse_size(const char *text, size_t *out)
     return true;
 }
 
-static aclError read_config(void)
+static aclError read_device_count(const char *api, int *count)
 {
     const char *devices = getenv("CANN_LLM_HOST_DEVICES");
-    g_device_count = 1;
+    *count = 1;
     if (devices && *devices) {
         char *end = NULL;
         long n = strtol(devices, &end, 10);
         if (*end != '\0' || n < 1 || n > AH_MAX_DEVICES)
             return ah_error(ACL_ERROR_INVALID_PARAM,
-                            "aclInit: CANN_LLM_HOST_DEVICES='%s' must be an integer in 1..%d",
+                            "%s: CANN_LLM_HOST_DEVICES='%s' must be an integer in 1..%d", api,
                             devices, AH_MAX_DEVICES);
-        g_device_count = (int)n;
+        *count = (int)n;
     }
+    return ACL_SUCCESS;
+}
+
+static aclError read_config(void)
+{
+    aclError rc = read_device_count("aclInit", &g_device_count);
+    if (rc != ACL_SUCCESS)
+        return rc;
     const char *memory = getenv("CANN_LLM_HOST_MEMORY");
     if (memory && *memory) {
         if (!parse_size(memory, &g_capacity))
@@ -252,10 +260,12 @@ AH_API aclError aclrtGetDeviceCount(uint32_t *count)
 {
     if (!count)
         return ah_error(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
-    if (!ah_initialized())
-        return ah_error(ACL_ERROR_UNINITIALIZE, "aclrtGetDeviceCount: aclInit has not been called");
-    *count = (uint32_t)g_device_count;
-    return ACL_SUCCESS;
+    int n = g_device_count;
+    /* Like the driver query it stands for, it works before aclInit too. */
+    aclError rc = ah_initialized() ? ACL_SUCCESS : read_device_count("aclrtGetDeviceCount", &n);
+    if (rc == ACL_SUCCESS)
+        *count = (uint32_t)n;
+    return rc;
 }
 
 AH_API const char *aclrtGetSocName(void) { return "acl_host"; }
