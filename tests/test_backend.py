@@ -203,7 +203,16 @@ def test_event_orders_two_streams(clm, device):
     assert result.stdout.startswith("RIGHT"), result.stdout
 
 
-@pytest.mark.parametrize("wait, verdict", [(True, "RIGHT"), (False, "WRONG")])
+# Known acl_host defect (reported to the C side): in deferred mode, synchronizing the consumer
+# stream also runs the producer stream's queued work, so the missing event wait goes unnoticed.
+# strict: the test fails as soon as acl_host is fixed, and then this mark must go.
+_CONSUMER_SYNC_DRAINS_PRODUCER = pytest.mark.xfail(
+    strict=True, reason="acl_host deferred mode: a stream sync also runs other streams' work")
+
+
+@pytest.mark.parametrize("wait, verdict", [(True, "RIGHT"),
+                                           pytest.param(False, "WRONG",
+                                                        marks=_CONSUMER_SYNC_DRAINS_PRODUCER)])
 def test_deferred_mode_makes_missing_event_wait_wrong(clm, wait, verdict):
     _host_only(clm)
     result = run_python(f"WAIT = {wait}\n" + _CROSS_STREAM, env={"CANN_LLM_HOST_DEFERRED": "1"})
