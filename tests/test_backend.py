@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import package_file, run_python
 
@@ -92,6 +93,27 @@ def test_add_broadcasts_like_numpy(clm, device, backend, ne_b):
     out = _compute(device, backend, lambda ctx, t: ctx.add(t["a"], t["b"]), {
         "a": (clm.TensorType.F32, (8, 4, 3), a), "b": (clm.TensorType.F32, ne_b, b)})
     np.testing.assert_allclose(out, a + b, rtol=1e-6, atol=1e-6)
+
+
+@st.composite
+def _broadcast_shapes(draw):
+    """(ne_a, ne_b) in ggml order with b broadcastable to a (a->ne[i] % b->ne[i] == 0)."""
+    ne_a = [draw(st.integers(1, 7)) for _ in range(4)]
+    ne_b = [draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0])) for n in ne_a]
+    return tuple(ne_a), tuple(ne_b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes=_broadcast_shapes())
+def test_add_broadcasts_any_divisor_shape(clm, device, shapes):
+    ne_a, ne_b = shapes
+    a = rng.standard_normal(tuple(reversed(ne_a)), dtype=np.float32)
+    b = rng.standard_normal(tuple(reversed(ne_b)), dtype=np.float32)
+    repeats = tuple(na // nb for na, nb in zip(reversed(ne_a), reversed(ne_b)))
+    with device.init_backend() as stream:
+        out = _compute(device, stream, lambda ctx, t: ctx.add(t["a"], t["b"]), {
+            "a": (clm.TensorType.F32, ne_a, a), "b": (clm.TensorType.F32, ne_b, b)})
+    np.testing.assert_allclose(out.reshape(a.shape), a + np.tile(b, repeats), rtol=1e-6, atol=1e-6)
 
 
 def test_mul_broadcasts_like_numpy(clm, device, backend):

@@ -42,3 +42,15 @@ def test_generator_strips_wrappers():
 def test_installed_library_has_the_committed_abi(clm):
     from cann_llm import _cdef
     assert clm.lib.clm_abi_version() == _cdef.CLM_ABI_VERSION == clm.lib.CLM_ABI_VERSION
+
+
+def test_abi_mismatch_is_a_clear_import_error():
+    from conftest import run_python
+    result = run_python("import cann_llm._cdef as cdef\n"
+                        "cdef.CLM_ABI_VERSION += 1000\n"
+                        "try:\n"
+                        "    import cann_llm.backend\n"
+                        "except ImportError as exc:\n"
+                        "    print('IMPORT ERROR:', exc)\n")
+    assert result.returncode == 0, result.stderr
+    assert "IMPORT ERROR" in result.stdout and "ABI version" in result.stdout, result.stdout
