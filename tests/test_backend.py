@@ -198,9 +198,10 @@ device = clm.Registry().devices[0]
 producer, consumer = device.init_backend(), device.init_backend()
 ctx = clm.Context()
 x = ctx.new_tensor(clm.TensorType.F32, (32,), name="x")
-y = ctx.add(x, x)                      # on the producer stream
-z = ctx.mul(y, x)                      # on the consumer stream, reads y
-g_produce = ctx.new_graph().build_forward(y)
+y = ctx.new_tensor(clm.TensorType.F32, (32,), name="y")
+y_written = ctx.cpy(ctx.add(x, x), y)  # on the producer stream: y = x + x
+z = ctx.mul(y, x)                      # on the consumer stream, reads y (a leaf of its graph)
+g_produce = ctx.new_graph().build_forward(y_written)
 g_consume = ctx.new_graph().build_forward(z)
 buffer = ctx.alloc_tensors(device.buffer_type)
 buffer.clear(0)
@@ -225,16 +226,8 @@ def test_event_orders_two_streams(clm, device):
     assert result.stdout.startswith("RIGHT"), result.stdout
 
 
-# Known acl_host defect (reported to the C side): in deferred mode, synchronizing the consumer
-# stream also runs the producer stream's queued work, so the missing event wait goes unnoticed.
-# strict: the test fails as soon as acl_host is fixed, and then this mark must go.
-_CONSUMER_SYNC_DRAINS_PRODUCER = pytest.mark.xfail(
-    strict=True, reason="acl_host deferred mode: a stream sync also runs other streams' work")
-
-
 @pytest.mark.parametrize("wait, verdict", [(True, "RIGHT"),
-                                           pytest.param(False, "WRONG",
-                                                        marks=_CONSUMER_SYNC_DRAINS_PRODUCER)])
+                                           (False, "WRONG")])
 def test_deferred_mode_makes_missing_event_wait_wrong(clm, wait, verdict):
     _host_only(clm)
     result = run_python(f"WAIT = {wait}\n" + _CROSS_STREAM, env={"CANN_LLM_HOST_DEFERRED": "1"})
