@@ -171,6 +171,38 @@ clm_status clm_new_op(clm_context *ctx, int32_t op, int32_t type, int32_t n_dims
                       clm_tensor *const *srcs, int32_t n_src, const void *params,
                       size_t params_size, clm_tensor **out);
 
+clm_status clm_mul_mat(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
+clm_status clm_get_rows(clm_context *ctx, clm_tensor *a, clm_tensor *rows, clm_tensor **out);
+
+clm_status clm_set_rows(clm_context *ctx, clm_tensor *dst, clm_tensor *src, clm_tensor *rows,
+                        clm_tensor **out);
+
+clm_status clm_rms_norm(clm_context *ctx, clm_tensor *a, float eps, clm_tensor **out);
+
+clm_status clm_scale(clm_context *ctx, clm_tensor *a, float s, float b, clm_tensor **out);
+
+#define CLM_ROPE_TYPE_NEOX 2
+clm_status clm_rope_ext(clm_context *ctx, clm_tensor *a, clm_tensor *pos, clm_tensor *freq_factors,
+                        int32_t n_dims, int32_t mode, int32_t n_ctx_orig, float freq_base,
+                        float freq_scale, float ext_factor, float attn_factor, float beta_fast,
+                        float beta_slow, clm_tensor **out);
+
+clm_status clm_soft_max_ext(clm_context *ctx, clm_tensor *a, clm_tensor *mask, float scale,
+                            float max_bias, clm_tensor **out);
+
+clm_status clm_flash_attn_ext(clm_context *ctx, clm_tensor *q, clm_tensor *k, clm_tensor *v,
+                              clm_tensor *mask, float scale, float max_bias, float logit_softcap,
+                              clm_tensor **out);
+
+clm_status clm_argmax(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_silu(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_swiglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
+
+clm_status clm_swiglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);
 
 clm_status clm_graph_build_forward(clm_graph *graph, clm_tensor *tensor);
@@ -245,4 +277,27 @@ clm_status clm_backend_synchronize(clm_backend *backend);
 clm_status clm_backend_graph_compute(clm_backend *backend, clm_graph *graph);
 clm_status clm_backend_event_record(clm_backend *backend, clm_event *event);
 clm_status clm_backend_event_wait(clm_backend *backend, clm_event *event);
+
+typedef enum clm_pool_kind {
+    CLM_POOL_LEGACY = 0,
+    CLM_POOL_VMM = 1,
+} clm_pool_kind;
+
+typedef struct clm_cann_stats {
+    int32_t pool_kind;
+    size_t pool_in_use;
+    size_t pool_peak;
+    size_t pool_reserved;
+    size_t pool_mapped;
+    int32_t pool_slots_used;
+    int32_t pool_slots_total;
+    int64_t graph_captures;
+    int64_t graph_replays;
+    int32_t graph_cached;
+} clm_cann_stats;
+
+clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);
+
+clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size);
+clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size);
 """

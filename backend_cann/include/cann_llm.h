@@ -190,6 +190,49 @@ clm_status clm_new_op(clm_context *ctx, int32_t op, int32_t type, int32_t n_dims
                       clm_tensor *const *srcs, int32_t n_src, const void *params,
                       size_t params_size, clm_tensor **out);
 
+/* LLM ops with ggml's shapes and op_params layouts (ggml.h). Results are F32 unless noted. */
+/* mul_mat: a [K, N, ne2, ne3] (weights), b [K, M, ne12, ne13] -> [N, M, ne12, ne13];
+ * ne12 % ne2 == 0 and ne13 % ne3 == 0 (a broadcasts over b's batches). */
+clm_status clm_mul_mat(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+/* get_rows: a [ne0, n_rows, ne2, ne3], rows I32 [n, ne2, ne3] -> [ne0, n, ne2, ne3]. */
+clm_status clm_get_rows(clm_context *ctx, clm_tensor *a, clm_tensor *rows, clm_tensor **out);
+/* set_rows: dst [ne0, n_rows, ...] gets src [ne0, n, ...] at rows (I32/I64 [n, ...]);
+ * the result is a view of dst (src[0] = src, src[1] = rows, src[2] = dst). */
+clm_status clm_set_rows(clm_context *ctx, clm_tensor *dst, clm_tensor *src, clm_tensor *rows,
+                        clm_tensor **out);
+/* rms_norm over ne0: op_params[0] = eps (float). */
+clm_status clm_rms_norm(clm_context *ctx, clm_tensor *a, float eps, clm_tensor **out);
+/* scale: a * s + b; op_params = {s, b} (floats). */
+clm_status clm_scale(clm_context *ctx, clm_tensor *a, float s, float b, clm_tensor **out);
+/* rope_ext: a [head_dim, n_head, n_tokens, 1], pos I32 [n_tokens], freq_factors F32
+ * [n_dims/2] or NULL. op_params: {0, n_dims, mode, 0, n_ctx_orig, freq_base, freq_scale,
+ * ext_factor, attn_factor, beta_fast, beta_slow} (the last six floats). mode 0 = normal,
+ * CLM_ROPE_TYPE_NEOX = neox. */
+#define CLM_ROPE_TYPE_NEOX 2
+clm_status clm_rope_ext(clm_context *ctx, clm_tensor *a, clm_tensor *pos, clm_tensor *freq_factors,
+                        int32_t n_dims, int32_t mode, int32_t n_ctx_orig, float freq_base,
+                        float freq_scale, float ext_factor, float attn_factor, float beta_fast,
+                        float beta_slow, clm_tensor **out);
+/* soft_max_ext over ne0 of a * scale + mask (+ ALiBi slope * mask when max_bias > 0);
+ * mask F16/F32 [ne0, >= ne1, ...] or NULL. op_params = {scale, max_bias}. */
+clm_status clm_soft_max_ext(clm_context *ctx, clm_tensor *a, clm_tensor *mask, float scale,
+                            float max_bias, clm_tensor **out);
+/* flash_attn_ext: q [D, n_q, n_head, n_seq], k [D, n_kv, n_head_kv, n_seq], v [Dv, n_kv,
+ * n_head_kv, n_seq], mask F16 [n_kv, >= n_q, ...] or NULL -> [Dv, n_head, n_q, n_seq] (note the
+ * permuted result, as ggml). op_params = {scale, max_bias, logit_softcap, prec}. */
+clm_status clm_flash_attn_ext(clm_context *ctx, clm_tensor *q, clm_tensor *k, clm_tensor *v,
+                              clm_tensor *mask, float scale, float max_bias, float logit_softcap,
+                              clm_tensor **out);
+/* argmax over ne0: a [ne0, ne1] -> I32 [ne1]. */
+clm_status clm_argmax(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+/* unary silu: x * sigmoid(x). op_params[0] = CLM_UNARY_OP_SILU. */
+clm_status clm_silu(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+/* swiglu fused: a [2n, ...] -> silu(a[:n]) * a[n:] (swapped: silu(a[n:]) * a[:n]).
+ * op_params = {CLM_GLU_OP_SWIGLU, swapped}. */
+clm_status clm_swiglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
+/* swiglu split: silu(a) * b, same shapes. */
+clm_status clm_swiglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
 /* ---- graphs ------------------------------------------------------------------------------ */
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);
 /* Adds tensor and everything it depends on, in topological order (ggml_build_forward_expand). */
@@ -270,6 +313,30 @@ clm_status clm_backend_synchronize(clm_backend *backend);
 clm_status clm_backend_graph_compute(clm_backend *backend, clm_graph *graph);
 clm_status clm_backend_event_record(clm_backend *backend, clm_event *event);
 clm_status clm_backend_event_wait(clm_backend *backend, clm_event *event);
+
+/* ---- CANN backend statistics and scratch pool (exposed for tests and tools) ---------------- */
+typedef enum clm_pool_kind {
+    CLM_POOL_LEGACY = 0,  /* fixed slot table (GGML_CANN_MEM_POOL=leg) */
+    CLM_POOL_VMM = 1,     /* virtual range grown by mapping physical chunks (default) */
+} clm_pool_kind;
+
+typedef struct clm_cann_stats {
+    int32_t pool_kind;          /* clm_pool_kind */
+    size_t pool_in_use;         /* bytes handed out now */
+    size_t pool_peak;           /* most bytes ever handed out at once */
+    size_t pool_reserved;       /* legacy: bytes held by the slot table; VMM: reserved address range */
+    size_t pool_mapped;         /* VMM: physical bytes mapped; legacy: bytes allocated from the device */
+    int32_t pool_slots_used;    /* legacy: occupied slots */
+    int32_t pool_slots_total;   /* legacy: table size */
+    int64_t graph_captures;     /* GGML_CANN_ACL_GRAPH: graphs captured */
+    int64_t graph_replays;      /* ... and replayed */
+    int32_t graph_cached;       /* captured graphs held in the LRU */
+} clm_cann_stats;
+
+clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);
+/* Temporary device memory from the backend's pool, valid in stream order; free in LIFO order. */
+clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size);
+clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* acl_tensor.c - ggml-shaped tensors to aclTensor descriptors, errors, scratch workspace. */
+/* acl_tensor.c - ggml-shaped tensors to aclTensor descriptors, and ACL/aclnn error mapping. */
 #include <stdarg.h>
 #include <stdlib.h>
 
@@ -103,39 +103,4 @@ clm_status cann_set_device(int device) {
     aclGetRecentErrMsg(); /* "no device set" is expected here: drop it */
     CANN_ACL(aclrtSetDevice(device));
     return CLM_OK;
-}
-
-/* ---- scratch workspace ------------------------------------------------------------------------- */
-clm_status cann_scratch_get(cann_backend_ctx *ctx, size_t size, void **out) {
-    cann_scratch *s = &ctx->scratch;
-    *out = NULL;
-    if (size == 0) return CLM_OK;
-    if (size > s->size) {
-        /* The old block may still be in use by queued work: retire it until the next sync. */
-        if (s->block != NULL) {
-            void **retired = realloc(s->retired, (s->n_retired + 1) * sizeof(*retired));
-            if (retired == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
-            s->retired = retired;
-            s->retired[s->n_retired++] = s->block;
-            s->block = NULL;
-            s->size = 0;
-        }
-        size_t want = (size + CANN_BUFFER_ALIGNMENT - 1) / CANN_BUFFER_ALIGNMENT * CANN_BUFFER_ALIGNMENT;
-        CANN_ACL(aclrtMalloc(&s->block, want, ACL_MEM_MALLOC_HUGE_FIRST));
-        s->size = want;
-    }
-    *out = s->block;
-    return CLM_OK;
-}
-
-void cann_scratch_release(cann_scratch *s, bool all) {
-    for (size_t i = 0; i < s->n_retired; i++) aclrtFree(s->retired[i]);
-    s->n_retired = 0;
-    if (all) {
-        if (s->block != NULL) aclrtFree(s->block);
-        free(s->retired);
-        s->retired = NULL;
-        s->block = NULL;
-        s->size = 0;
-    }
 }

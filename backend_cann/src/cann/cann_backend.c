@@ -9,13 +9,17 @@ static cann_backend_ctx *backend_ctx(const clm_backend *backend) { return backen
 
 static const char *backend_name(const clm_backend *backend) { return backend_ctx(backend)->name; }
 
+bool cann_backend_is_cann(const clm_backend *backend) {
+    return backend != NULL && backend->iface.get_name == backend_name;
+}
+
 static clm_status backend_synchronize(clm_backend *backend) {
     cann_backend_ctx *ctx = backend_ctx(backend);
     clm_status st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
     aclError err = aclrtSynchronizeStream(ctx->stream);
     if (err != ACL_SUCCESS) return cann_acl_error(err, "aclrtSynchronizeStream");
-    cann_scratch_release(&ctx->scratch, false);
+    ctx->pool->iface.synchronized(ctx->pool);
     return CLM_OK;
 }
 
@@ -23,7 +27,7 @@ static void backend_free(clm_backend *backend) {
     cann_backend_ctx *ctx = backend_ctx(backend);
     if (cann_set_device(ctx->device) == CLM_OK) {
         aclrtSynchronizeStream(ctx->stream);
-        cann_scratch_release(&ctx->scratch, true);
+        ctx->pool->iface.destroy(ctx->pool);
         aclrtDestroyStream(ctx->stream);
         aclGetRecentErrMsg();
     }
@@ -56,7 +60,7 @@ static clm_status backend_get_tensor_async(clm_backend *backend, const clm_tenso
  * CANN backend does). */
 static clm_status backend_cpy_tensor_async(clm_backend *backend_src, clm_backend *backend_dst,
                                            const clm_tensor *src, clm_tensor *dst) {
-    if (backend_src->iface.get_name != backend_name || backend_dst->iface.get_name != backend_name ||
+    if (!cann_backend_is_cann(backend_src) || !cann_backend_is_cann(backend_dst) ||
         !cann_buffer_is_device(src->buffer) || !cann_buffer_is_device(dst->buffer)) {
         return CLM_ERR_UNSUPPORTED;
     }
@@ -191,6 +195,12 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
         free(ctx);
         free(backend);
         return cann_acl_error(err, "aclrtCreateStream");
+    }
+    if ((st = cann_pool_create(device, &ctx->pool)) != CLM_OK) {
+        aclrtDestroyStream(ctx->stream);
+        free(ctx);
+        free(backend);
+        return st;
     }
     *backend = (clm_backend){.iface = cann_backend_iface, .device = dev, .context = ctx};
     *out = backend;

@@ -20,21 +20,41 @@ typedef struct cann_device_ctx {
     clm_buffer_type host_buft;
 } cann_device_ctx;
 
-/* Scratch device memory for op workspaces, valid in stream order. A placeholder for the memory
- * pools: one reusable block; outgrown blocks are freed at the next synchronize. */
-typedef struct cann_scratch {
-    void *block;
+/* A pool of temporary device memory for op workspaces and intermediates, used in stream order:
+ * a block freed after the launches that use it may be handed to the next launch on the same
+ * stream. Frees come in LIFO order. Implementations: cann_pool.c (and the slot / VMM pools). */
+typedef struct cann_pool cann_pool;
+struct cann_pool_i {
+    clm_status (*alloc)(cann_pool *pool, size_t size, void **ptr, size_t *actual_size);
+    clm_status (*free)(cann_pool *pool, void *ptr, size_t size);
+    /* Called after the stream has been synchronized: nothing queued uses pool memory. */
+    void (*synchronized)(cann_pool *pool);
+    void (*stats)(const cann_pool *pool, clm_cann_stats *out);
+    void (*destroy)(cann_pool *pool);
+};
+struct cann_pool {
+    struct cann_pool_i iface;
+    int device;
+};
+
+/* The pool for a new backend on `device` (GGML_CANN_MEM_POOL picks the kind). */
+clm_status cann_pool_create(int device, cann_pool **out);
+
+/* One temporary: alloc, use in launches, free (LIFO). */
+typedef struct cann_temp {
+    cann_pool *pool;
+    void *ptr;
     size_t size;
-    void **retired;
-    size_t n_retired;
-} cann_scratch;
+} cann_temp;
 
 /* One per backend: a stream on a device. */
 typedef struct cann_backend_ctx {
     int device;
     char name[16];
     aclrtStream stream;
-    cann_scratch scratch;
+    cann_pool *pool;
+    int64_t graph_captures;
+    int64_t graph_replays;
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -51,10 +71,9 @@ clm_status cann_aclnn_error(aclnnStatus status, const char *call);
         if (cann_err_ != ACL_SUCCESS) return cann_acl_error(cann_err_, #call); \
     } while (0)
 
-/* Workspace memory for one op launch on ctx's stream (NULL when size is 0). */
-clm_status cann_scratch_get(cann_backend_ctx *ctx, size_t size, void **out);
-/* Frees retired scratch blocks; the caller has synchronized the stream. */
-void cann_scratch_release(cann_scratch *scratch, bool all);
+/* Temporary device memory from ctx's pool (ptr NULL when size is 0); free in LIFO order. */
+clm_status cann_temp_alloc(cann_backend_ctx *ctx, size_t size, cann_temp *out);
+void cann_temp_free(cann_temp *temp);
 
 /* ---- aclTensor helper (acl_tensor.c) ---------------------------------------------------------- */
 aclDataType cann_acl_type(int32_t type);
@@ -72,8 +91,9 @@ aclTensor *cann_acl_tensor_flat(const clm_tensor *t);
 int cann_bcast_shape(const clm_tensor *src0, const clm_tensor *src1, const clm_tensor *dst, int64_t *ne0,
                      size_t *nb0, int64_t *ne1, size_t *nb1, size_t *nbd);
 
-/* Two-phase aclnn call on ctx's stream: phase 1 with the given arguments, workspace from scratch,
- * phase 2. Evaluates to a clm_status. */
+/* Two-phase aclnn call on ctx's stream: phase 1 with the given arguments, a workspace from the
+ * pool (returned right after the launch: the pool is stream ordered), phase 2. Evaluates to a
+ * clm_status. */
 #define CANN_ACLNN(ctx, op, ...)                                                              \
     ({                                                                                        \
         uint64_t ws_size_ = 0;                                                                \
@@ -83,11 +103,12 @@ int cann_bcast_shape(const clm_tensor *src0, const clm_tensor *src1, const clm_t
         if (ret_ != ACLNN_SUCCESS) {                                                          \
             st_ = cann_aclnn_error(ret_, "aclnn" #op "GetWorkspaceSize");                     \
         } else {                                                                              \
-            void *ws_ = NULL;                                                                 \
-            st_ = cann_scratch_get((ctx), ws_size_, &ws_);                                    \
+            cann_temp ws_;                                                                    \
+            st_ = cann_temp_alloc((ctx), ws_size_, &ws_);                                     \
             if (st_ == CLM_OK) {                                                              \
-                ret_ = aclnn##op(ws_, ws_size_, executor_, (ctx)->stream);                   \
+                ret_ = aclnn##op(ws_.ptr, ws_size_, executor_, (ctx)->stream);               \
                 if (ret_ != ACLNN_SUCCESS) st_ = cann_aclnn_error(ret_, "aclnn" #op);         \
+                cann_temp_free(&ws_);                                                         \
             }                                                                                 \
         }                                                                                     \
         st_;                                                                                  \
@@ -109,6 +130,7 @@ int cann_buffer_device(const clm_buffer *buffer);
 
 /* ---- backend (cann_backend.c) ------------------------------------------------------------------ */
 clm_status cann_backend_init(clm_device *dev, clm_backend **out);
+bool cann_backend_is_cann(const clm_backend *backend);
 bool cann_supports_op(clm_device *dev, const clm_tensor *op);
 
 #endif /* CANN_COMMON_H */

@@ -168,7 +168,7 @@ static clm_status check_view_fits(clm_tensor *view, const char *what) {
 clm_status clm_view_4d(clm_context *ctx, clm_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
                        size_t nb1, size_t nb2, size_t nb3, size_t offset, clm_tensor **out) {
     CLM_CHECK_ARG(ne0 >= 0 && ne1 >= 0 && ne2 >= 0 && ne3 >= 0, "clm_view_4d: negative extent");
-    clm_tensor *t;
+    clm_tensor *t = NULL;
     clm_status st = new_view(ctx, a, CLM_OP_VIEW, offset, &t);
     if (st != CLM_OK) return st;
     t->ne[0] = ne0, t->ne[1] = ne1, t->ne[2] = ne2, t->ne[3] = ne3;
@@ -206,7 +206,7 @@ clm_status clm_permute(clm_context *ctx, clm_tensor *a, int32_t axis0, int32_t a
                       "clm_permute: (%d,%d,%d,%d) is not a permutation of 0..3", axis0, axis1, axis2, axis3);
         seen[axes[i]] = true;
     }
-    clm_tensor *t;
+    clm_tensor *t = NULL;
     clm_status st = new_view(ctx, a, CLM_OP_PERMUTE, 0, &t);
     if (st != CLM_OK) return st;
     for (int i = 0; i < 4; i++) {
@@ -257,12 +257,12 @@ clm_status clm_cpy(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **
     CLM_CHECK_ARG(a != NULL && b != NULL && out != NULL, "clm_cpy: NULL argument");
     CLM_CHECK_ARG(clm_nelements(a) == clm_nelements(b), "clm_cpy: '%s' has %lld elements, '%s' has %lld",
                   a->name, (long long)clm_nelements(a), b->name, (long long)clm_nelements(b));
-    clm_tensor *t;
+    clm_tensor *t = NULL;
     clm_status st = new_view(ctx, b, CLM_OP_CPY, 0, &t);
     if (st != CLM_OK) return st;
     t->src[0] = a;
     t->src[1] = b;
-    char name[CLM_MAX_NAME];
+    char name[2 * CLM_MAX_NAME + 16];  /* clm_tensor_set_name truncates */
     snprintf(name, sizeof(name), "%s (copy of %s)", b->name, a->name);
     clm_tensor_set_name(t, name);
     *out = t;
