@@ -17,7 +17,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 backend="$here/backend_cann"
-decls="$backend/src/cann/aclnn_api.h"
+decls="$backend/src/cann/aclnn_api.h"   # includes the per-family aclnn_*.h beside it
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
 
@@ -60,7 +60,7 @@ done
 [ -f "$include_dir/aclnn/acl_meta.h" ] || { echo "check_headers: no aclnn/acl_meta.h in $include_dir" >&2; exit 1; }
 echo "aclnn op headers: $aclnnop_dir"
 
-functions=$(grep -oE '\b(acl[A-Za-z0-9_]+)\(' "$decls" | tr -d '(' | sort -u)
+functions=$(grep -ohE '\b(acl[A-Za-z0-9_]+)\(' "$decls" "$(dirname "$decls")"/aclnn_*.h | tr -d '(' | sort -u)
 unit=$(mktemp --suffix=.cpp)
 trap 'rm -f "$unit"' EXIT
 {

@@ -121,4 +121,9 @@ aclnnStatus aclnnInplaceCopy(void *workspace, uint64_t workspaceSize, aclOpExecu
 }
 #endif
 
+/* The op families, one header each. */
+#include "aclnn_matmul.h"
+#include "aclnn_nn.h"
+#include "aclnn_attention.h"
+
 #endif /* CANN_LLM_ACLNN_API_H */

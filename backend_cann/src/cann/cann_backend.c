@@ -102,38 +102,43 @@ static clm_status backend_event_wait(clm_backend *backend, clm_event *event) {
 /* ---- op dispatch ------------------------------------------------------------------------------ */
 static bool node_is_allocated(const clm_tensor *t) { return t->data != NULL && t->buffer != NULL; }
 
+/* Each compute op: whether this backend runs it exactly, and how. One op family per file. */
+typedef struct op_entry {
+    bool (*supports)(const clm_tensor *op);
+    clm_status (*compute)(cann_backend_ctx *ctx, clm_tensor *dst);
+} op_entry;
+
+static const op_entry op_table[CLM_OP_COUNT] = {
+    [CLM_OP_ADD] = {cann_supports_binary, cann_op_binary},
+    [CLM_OP_MUL] = {cann_supports_binary, cann_op_binary},
+    [CLM_OP_CPY] = {cann_supports_cpy, cann_op_cpy},
+    [CLM_OP_DUP] = {cann_supports_cpy, cann_op_cpy},
+    [CLM_OP_CONT] = {cann_supports_cpy, cann_op_cpy},
+    [CLM_OP_MUL_MAT] = {cann_supports_mul_mat, cann_op_mul_mat},
+    [CLM_OP_GET_ROWS] = {cann_supports_get_rows, cann_op_get_rows},
+    [CLM_OP_SET_ROWS] = {cann_supports_set_rows, cann_op_set_rows},
+    [CLM_OP_RMS_NORM] = {cann_supports_rms_norm, cann_op_rms_norm},
+    [CLM_OP_ROPE] = {cann_supports_rope, cann_op_rope},
+    [CLM_OP_SOFT_MAX] = {cann_supports_soft_max, cann_op_soft_max},
+    [CLM_OP_FLASH_ATTN_EXT] = {cann_supports_flash_attn_ext, cann_op_flash_attn_ext},
+    [CLM_OP_SCALE] = {cann_supports_scale, cann_op_scale},
+    [CLM_OP_UNARY] = {cann_supports_unary, cann_op_unary},
+    [CLM_OP_GLU] = {cann_supports_glu, cann_op_glu},
+    [CLM_OP_ARGMAX] = {cann_supports_argmax, cann_op_argmax},
+};
+
 bool cann_supports_op(clm_device *dev, const clm_tensor *op) {
-    switch (op->op) {
-        case CLM_OP_NONE:
-        case CLM_OP_VIEW:
-        case CLM_OP_RESHAPE:
-        case CLM_OP_PERMUTE:
-        case CLM_OP_TRANSPOSE:
-            return true;
-        case CLM_OP_ADD:
-        case CLM_OP_MUL:
-            return cann_supports_binary(op);
-        case CLM_OP_CPY:
-        case CLM_OP_DUP:
-        case CLM_OP_CONT:
-            return cann_supports_cpy(op);
-        default:
-            return false;
-    }
+    if (op->op == CLM_OP_NONE || clm_is_view_op(op->op)) return true;
+    if (op->op < 0 || op->op >= CLM_OP_COUNT || op_table[op->op].supports == NULL) return false;
+    return op_table[op->op].supports(op);
 }
 
 static clm_status compute_node(cann_backend_ctx *ctx, clm_tensor *node) {
-    switch (node->op) {
-        case CLM_OP_ADD:
-        case CLM_OP_MUL:
-            return cann_op_binary(ctx, node);
-        case CLM_OP_CPY:
-        case CLM_OP_DUP:
-        case CLM_OP_CONT:
-            return cann_op_cpy(ctx, node);
-        default:
-            return clm_error(CLM_ERR_UNSUPPORTED, "op %s is not implemented on CANN", clm_op_desc(node));
+    const op_entry *entry = (node->op > 0 && node->op < CLM_OP_COUNT) ? &op_table[node->op] : NULL;
+    if (entry == NULL || entry->compute == NULL) {
+        return clm_error(CLM_ERR_UNSUPPORTED, "op %s is not implemented on CANN", clm_op_desc(node));
     }
+    return entry->compute(ctx, node);
 }
 
 static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) {

@@ -122,6 +122,28 @@ bool cann_supports_binary(const clm_tensor *op);
 clm_status cann_op_binary(cann_backend_ctx *ctx, clm_tensor *dst);  /* ADD, MUL */
 bool cann_supports_cpy(const clm_tensor *op);
 clm_status cann_op_cpy(cann_backend_ctx *ctx, clm_tensor *dst);     /* CPY, DUP, CONT */
+bool cann_supports_mul_mat(const clm_tensor *op);
+clm_status cann_op_mul_mat(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_get_rows(const clm_tensor *op);
+clm_status cann_op_get_rows(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_set_rows(const clm_tensor *op);
+clm_status cann_op_set_rows(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_rms_norm(const clm_tensor *op);
+clm_status cann_op_rms_norm(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_rope(const clm_tensor *op);
+clm_status cann_op_rope(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_soft_max(const clm_tensor *op);
+clm_status cann_op_soft_max(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_flash_attn_ext(const clm_tensor *op);
+clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_scale(const clm_tensor *op);
+clm_status cann_op_scale(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_unary(const clm_tensor *op);
+clm_status cann_op_unary(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_glu(const clm_tensor *op);
+clm_status cann_op_glu(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_argmax(const clm_tensor *op);
+clm_status cann_op_argmax(cann_backend_ctx *ctx, clm_tensor *dst);
 
 /* ---- buffers (cann_buffer.c) ------------------------------------------------------------------ */
 void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev);
