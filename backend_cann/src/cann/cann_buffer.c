@@ -1,9 +1,14 @@
 /* cann_buffer.c - the CANN device buffer type ("CANN<i>", aclrtMalloc) and the pinned host buffer
- * type ("CANN_Host", aclrtMallocHost), with their buffers. */
+ * type ("CANN_Host", aclrtMallocHost), with their buffers. Q8_0 / Q4_0 / Q4_1 tensors are stored
+ * in the device layout of quant_layout.h: set/get/memset convert whole blocks on the way, in
+ * chunks through a bounded host staging buffer. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cann/cann_common.h"
+#include "cann/quant_layout.h"
+
+#define CANN_STAGING_BYTES ((size_t)8 << 20)  /* host staging per quantized set/get/memset call */
 
 typedef struct cann_buffer_ctx {
     int device;
@@ -14,6 +19,140 @@ static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 static const cann_device_ctx *buft_device_ctx(const clm_buffer_type *buft) { return buft->context; }
 
+/* ---- repacked quantized tensors ----------------------------------------------------------- */
+/* A block-granular byte range [offset, offset + size) of a tensor, resolved against its base
+ * tensor: the regions span the base's blocks (all dims), a view starts at block view_offs / bytes. */
+typedef struct qrange {
+    const cann_qlayout *layout;  /* NULL: the tensor is stored as ggml stores it */
+    char *base;                  /* device address of the base tensor */
+    size_t n_blocks;             /* blocks of the base tensor */
+    size_t first, count;         /* blocks of the range */
+} qrange;
+
+static size_t base_blocks(const clm_tensor *base) {
+    int64_t n = clm_nelements(base);
+    return n > 0 ? (size_t)n / CANN_QL_BLOCK : 0;
+}
+
+static clm_status quant_range(const clm_tensor *tensor, size_t offset, size_t size, const char *what,
+                              qrange *out) {
+    const clm_tensor *base = clm_tensor_storage(tensor);
+    const cann_qlayout *l = cann_qlayout_get(base->type);
+    *out = (qrange){.layout = l};
+    if (l == NULL) return CLM_OK;
+    size_t view_offs = tensor->view_src ? tensor->view_offs : 0;
+    CLM_CHECK_ARG(tensor->type == base->type, "%s: '%s' (%s) views '%s' (%s); a view of a repacked %s tensor must "
+                  "keep its type", what, tensor->name, clm_type_name(tensor->type), base->name, l->name, l->name);
+    CLM_CHECK_ARG((view_offs + offset) % l->block_bytes == 0 && size % l->block_bytes == 0,
+                  "%s: bytes [%zu, %zu) of %s tensor '%s' are not whole %zu-byte blocks (the %s layout is converted "
+                  "block by block)", what, view_offs + offset, view_offs + offset + size, l->name, tensor->name,
+                  l->block_bytes, l->name);
+    out->base = (char *)tensor->data - view_offs;
+    out->n_blocks = base_blocks(base);
+    out->first = (view_offs + offset) / l->block_bytes;
+    out->count = size / l->block_bytes;
+    CLM_CHECK_ARG(out->first <= out->n_blocks && out->count <= out->n_blocks - out->first,
+                  "%s: blocks [%zu, %zu) are outside the %zu blocks of '%s'", what, out->first,
+                  out->first + out->count, out->n_blocks, base->name);
+    return CLM_OK;
+}
+
+/* Staging holds k blocks region after region; parts[r] is region r's part. */
+static void staging_parts(const cann_qlayout *l, uint8_t *staging, size_t k, void *parts[]) {
+    for (int r = 0; r < l->n_regions; r++) parts[r] = staging + cann_qlayout_region_offset(l, k, r);
+}
+
+static uint8_t *staging_alloc(const qrange *q, size_t *k_max) {
+    size_t k = CANN_STAGING_BYTES / q->layout->device_block_bytes;
+    *k_max = k < q->count ? k : q->count;
+    return malloc(*k_max * q->layout->device_block_bytes);
+}
+
+/* Blocks [first, first + k) between staging and each region of the device tensor. */
+static clm_status copy_regions(const qrange *q, uint8_t *staging, size_t first, size_t k, bool upload) {
+    const cann_qlayout *l = q->layout;
+    for (int r = 0; r < l->n_regions; r++) {
+        size_t bytes = k * l->region_bytes[r];
+        char *dev = q->base + cann_qlayout_region_offset(l, q->n_blocks, r) + first * l->region_bytes[r];
+        if (upload) {
+            CANN_ACL(aclrtMemcpy(dev, bytes, staging, bytes, ACL_MEMCPY_HOST_TO_DEVICE));
+        } else {
+            CANN_ACL(aclrtMemcpy(staging, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST));
+        }
+        staging += bytes;
+    }
+    return CLM_OK;
+}
+
+/* ggml blocks -> device. With repeat, src holds enough blocks for one chunk and is reused. */
+static clm_status quant_set(const qrange *q, const clm_tensor *tensor, const uint8_t *src, bool repeat) {
+    const cann_qlayout *l = q->layout;
+    size_t k_max, k;
+    uint8_t *staging = staging_alloc(q, &k_max);
+    if (staging == NULL) {
+        return clm_error(CLM_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of staging for '%s'",
+                         k_max * l->device_block_bytes, tensor->name);
+    }
+    clm_status st = CLM_OK;
+    for (size_t done = 0; done < q->count && st == CLM_OK; done += k) {
+        k = q->count - done < k_max ? q->count - done : k_max;
+        void *parts[CANN_QL_MAX_REGIONS];
+        staging_parts(l, staging, k, parts);
+        cann_qlayout_pack(l, repeat ? src : src + done * l->block_bytes, k, parts);
+        st = copy_regions(q, staging, q->first + done, k, true);
+    }
+    free(staging);
+    return st;
+}
+
+static clm_status quant_get(const qrange *q, const clm_tensor *tensor, uint8_t *dst) {
+    const cann_qlayout *l = q->layout;
+    size_t k_max, k;
+    uint8_t *staging = staging_alloc(q, &k_max);
+    if (staging == NULL) {
+        return clm_error(CLM_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of staging for '%s'",
+                         k_max * l->device_block_bytes, tensor->name);
+    }
+    clm_status st = CLM_OK;
+    for (size_t done = 0; done < q->count && st == CLM_OK; done += k) {
+        k = q->count - done < k_max ? q->count - done : k_max;
+        st = copy_regions(q, staging, q->first + done, k, false);
+        if (st != CLM_OK) break;
+        void *parts[CANN_QL_MAX_REGIONS];
+        staging_parts(l, staging, k, parts);
+        cann_qlayout_unpack(l, (const void *const *)parts, k, dst + done * l->block_bytes);
+    }
+    free(staging);
+    return st;
+}
+
+/* memset on the ggml representation: every byte of the blocks becomes value, then converted. */
+static clm_status quant_memset(const qrange *q, const clm_tensor *tensor, uint8_t value) {
+    size_t k = CANN_STAGING_BYTES / q->layout->device_block_bytes;
+    if (k > q->count) k = q->count;
+    uint8_t *blocks = malloc(k * q->layout->block_bytes);
+    if (blocks == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "cannot stage a memset of '%s'", tensor->name);
+    memset(blocks, value, k * q->layout->block_bytes);
+    clm_status st = quant_set(q, tensor, blocks, true);
+    free(blocks);
+    return st;
+}
+
+/* Device bytes of a base tensor's data (repacked size for Q8_0 / Q4_0 / Q4_1), without padding. */
+static size_t device_data_bytes(const clm_tensor *t) {
+    const cann_qlayout *l = cann_qlayout_get(t->type);
+    return l ? cann_qlayout_device_bytes(l, base_blocks(t)) : clm_nbytes(t);
+}
+
+/* As ggml-cann: a quantized tensor whose ne0 is not a multiple of 512 gets one row of
+ * (512 - ne0 % 512) elements of padding after its data (in the device layout's bytes per block). */
+static size_t row_padding(const clm_tensor *t) {
+    if (!clm_type_is_quantized(t->type) || device_data_bytes(t) == 0) return 0;
+    int64_t pad = (CANN_QL_ROW_PADDING - t->ne[0] % CANN_QL_ROW_PADDING) % CANN_QL_ROW_PADDING;
+    const cann_qlayout *l = cann_qlayout_get(t->type);
+    return l ? (size_t)pad / CANN_QL_BLOCK * l->device_block_bytes : clm_row_size(t->type, pad);
+}
+
 /* ---- device buffers ----------------------------------------------------------------------- */
 static void device_buffer_free(clm_buffer *buffer) {
     cann_buffer_ctx *ctx = buffer->context;
@@ -23,11 +162,25 @@ static void device_buffer_free(clm_buffer *buffer) {
 
 static void *device_buffer_base(clm_buffer *buffer) { return ((cann_buffer_ctx *)buffer->context)->dev_ptr; }
 
-static clm_status device_buffer_set_tensor(clm_buffer *buffer, clm_tensor *tensor, const void *data,
-                                           size_t offset, size_t size) {
+/* Zeroes the padding tail of a quantized base tensor (views share their base's). */
+static clm_status device_buffer_init_tensor(clm_buffer *buffer, clm_tensor *tensor) {
+    size_t pad = tensor->view_src == NULL ? row_padding(tensor) : 0;
+    if (pad == 0) return CLM_OK;
     cann_buffer_ctx *ctx = buffer->context;
     clm_status st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
+    CANN_ACL(aclrtMemset((char *)tensor->data + device_data_bytes(tensor), pad, 0, pad));
+    return CLM_OK;
+}
+
+static clm_status device_buffer_set_tensor(clm_buffer *buffer, clm_tensor *tensor, const void *data,
+                                           size_t offset, size_t size) {
+    cann_buffer_ctx *ctx = buffer->context;
+    qrange q = {0};
+    clm_status st = quant_range(tensor, offset, size, "set_tensor", &q);
+    if (st == CLM_OK) st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    if (q.layout != NULL) return quant_set(&q, tensor, data, false);
     CANN_ACL(aclrtMemcpy((char *)tensor->data + offset, size, data, size, ACL_MEMCPY_HOST_TO_DEVICE));
     return CLM_OK;
 }
@@ -35,8 +188,11 @@ static clm_status device_buffer_set_tensor(clm_buffer *buffer, clm_tensor *tenso
 static clm_status device_buffer_get_tensor(clm_buffer *buffer, const clm_tensor *tensor, void *data,
                                            size_t offset, size_t size) {
     cann_buffer_ctx *ctx = buffer->context;
-    clm_status st = cann_set_device(ctx->device);
+    qrange q = {0};
+    clm_status st = quant_range(tensor, offset, size, "get_tensor", &q);
+    if (st == CLM_OK) st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
+    if (q.layout != NULL) return quant_get(&q, tensor, data);
     CANN_ACL(aclrtMemcpy(data, size, (const char *)tensor->data + offset, size, ACL_MEMCPY_DEVICE_TO_HOST));
     return CLM_OK;
 }
@@ -44,17 +200,27 @@ static clm_status device_buffer_get_tensor(clm_buffer *buffer, const clm_tensor 
 static clm_status device_buffer_memset_tensor(clm_buffer *buffer, clm_tensor *tensor, uint8_t value,
                                               size_t offset, size_t size) {
     cann_buffer_ctx *ctx = buffer->context;
-    clm_status st = cann_set_device(ctx->device);
+    qrange q = {0};
+    clm_status st = quant_range(tensor, offset, size, "memset_tensor", &q);
+    if (st == CLM_OK) st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
+    if (q.layout != NULL) return quant_memset(&q, tensor, value);
     CANN_ACL(aclrtMemset((char *)tensor->data + offset, size, value, size));
     return CLM_OK;
 }
 
-/* Device-to-device copy into this buffer; across devices only with peer access. */
+/* Device-to-device copy into this buffer; across devices only with peer access. Repacked tensors
+ * copy their device bytes when both are whole base tensors; views of them go through the host. */
 static clm_status device_buffer_cpy_tensor(clm_buffer *buffer, const clm_tensor *src, clm_tensor *dst) {
     if (!cann_buffer_is_device(src->buffer)) return CLM_ERR_UNSUPPORTED;
-    int src_dev = cann_buffer_device(src->buffer), dst_dev = cann_buffer_device(buffer);
     size_t size = clm_nbytes(src);
+    if (cann_qlayout_get(clm_tensor_storage(src)->type) || cann_qlayout_get(clm_tensor_storage(dst)->type)) {
+        if (src->view_src || dst->view_src || src->type != dst->type || base_blocks(src) != base_blocks(dst)) {
+            return CLM_ERR_UNSUPPORTED;
+        }
+        size = device_data_bytes(src);
+    }
+    int src_dev = cann_buffer_device(src->buffer), dst_dev = cann_buffer_device(buffer);
     clm_status st;
     if (src_dev != dst_dev) {
         int32_t can_access = 0;
@@ -80,7 +246,7 @@ static clm_status device_buffer_clear(clm_buffer *buffer, uint8_t value) {
 static const struct clm_buffer_i device_buffer_iface = {
     .free_buffer = device_buffer_free,
     .get_base = device_buffer_base,
-    .init_tensor = NULL,
+    .init_tensor = device_buffer_init_tensor,
     .memset_tensor = device_buffer_memset_tensor,
     .set_tensor = device_buffer_set_tensor,
     .get_tensor = device_buffer_get_tensor,
@@ -100,6 +266,11 @@ static const char *device_buft_name(const clm_buffer_type *buft) { return buft_d
 static size_t device_buft_alignment(const clm_buffer_type *buft) { return CANN_BUFFER_ALIGNMENT; }
 
 static bool device_buft_is_host(const clm_buffer_type *buft) { return false; }
+
+/* Repacked size plus one row of padding for quantized tensors (see row_padding). */
+static size_t device_buft_alloc_size(const clm_buffer_type *buft, const clm_tensor *tensor) {
+    return device_data_bytes(tensor) + row_padding(tensor);
+}
 
 static clm_status device_buft_alloc(clm_buffer_type *buft, size_t size, clm_buffer **out) {
     const cann_device_ctx *dev_ctx = buft_device_ctx(buft);
@@ -186,6 +357,7 @@ void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev) {
         .iface = {.get_name = device_buft_name,
                   .alloc_buffer = device_buft_alloc,
                   .get_alignment = device_buft_alignment,
+                  .get_alloc_size = device_buft_alloc_size,
                   .is_host = device_buft_is_host},
         .device = dev,
         .context = dev_ctx,
