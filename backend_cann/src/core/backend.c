@@ -218,6 +218,12 @@ clm_status clm_tensor_copy(const clm_tensor *src, clm_tensor *dst) {
 }
 
 /* ---- backends ----------------------------------------------------------------------------------- */
+/* Quantized tensors may be stored in a device layout that only the buffer's synchronous
+ * set/get/cpy paths know (as in ggml's CANN backend): async copies of them go that way. */
+static bool has_device_layout(const clm_tensor *tensor) {
+    return clm_type_is_quantized(clm_tensor_storage(tensor)->type) && !clm_buffer_is_host(tensor->buffer);
+}
+
 void clm_backend_free(clm_backend *backend) {
     if (backend != NULL) backend->iface.free(backend);
 }
@@ -231,7 +237,10 @@ clm_status clm_backend_set_tensor_async(clm_backend *backend, clm_tensor *tensor
     clm_status st = check_range(tensor, offset, size, "clm_backend_set_tensor_async");
     if (st != CLM_OK || size == 0) return st;
     CLM_CHECK_ARG(data != NULL, "clm_backend_set_tensor_async: data is NULL");
-    if (backend->iface.set_tensor_async == NULL) return clm_tensor_set(tensor, data, offset, size);
+    if (backend->iface.set_tensor_async == NULL || has_device_layout(tensor)) {
+        if ((st = clm_backend_synchronize(backend)) != CLM_OK) return st;
+        return clm_tensor_set(tensor, data, offset, size);
+    }
     return backend->iface.set_tensor_async(backend, tensor, data, offset, size);
 }
 
@@ -241,7 +250,10 @@ clm_status clm_backend_get_tensor_async(clm_backend *backend, const clm_tensor *
     clm_status st = check_range(tensor, offset, size, "clm_backend_get_tensor_async");
     if (st != CLM_OK || size == 0) return st;
     CLM_CHECK_ARG(data != NULL, "clm_backend_get_tensor_async: data is NULL");
-    if (backend->iface.get_tensor_async == NULL) return clm_tensor_get(tensor, data, offset, size);
+    if (backend->iface.get_tensor_async == NULL || has_device_layout(tensor)) {
+        if ((st = clm_backend_synchronize(backend)) != CLM_OK) return st;
+        return clm_tensor_get(tensor, data, offset, size);
+    }
     return backend->iface.get_tensor_async(backend, tensor, data, offset, size);
 }
 
@@ -254,7 +266,7 @@ clm_status clm_backend_cpy_tensor_async(clm_backend *backend_src, clm_backend *b
     CLM_CHECK_ARG(src->type == dst->type && clm_nbytes(src) == clm_nbytes(dst),
                   "clm_backend_cpy_tensor_async: '%s' and '%s' differ in type or size", src->name, dst->name);
     if (src == dst) return CLM_OK;
-    if (backend_dst->iface.cpy_tensor_async) {
+    if (backend_dst->iface.cpy_tensor_async && !has_device_layout(src)) {
         clm_clear_error();
         st = backend_dst->iface.cpy_tensor_async(backend_src, backend_dst, src, dst);
         if (st != CLM_ERR_UNSUPPORTED) return st;
