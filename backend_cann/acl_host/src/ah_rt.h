@@ -9,6 +9,9 @@
 /* Streams per device, default streams included (Atlas A2). */
 #define AH_MAX_STREAMS_PER_DEVICE 1984
 
+struct ah_stream;
+struct ah_model;
+
 /* ---- error.c ---- */
 /* Moves this thread's recent message into buf ("" when there is none) and clears it. */
 void ah_error_take(char *buf, size_t size);
@@ -32,6 +35,57 @@ void ah_mem_collect(void);
 bool ah_mem_has_quarantine(void);
 /* aclFinalize: unmaps every block. */
 void ah_mem_release_all(void);
+/* Device capacity accounting (aclrtMalloc, aclrtMallocPhysical). */
+aclError ah_mem_charge(const char *api, int device, size_t bytes);
+void ah_mem_credit(int device, size_t bytes);
+/* If ptr lies in one of the last blocks freed, writes "use after free of ..." to buf. */
+bool ah_mem_recently_freed(const void *ptr, char *buf, size_t n);
+/* VMM mappings in the registry: register fails on overlap with any block (live or
+ * quarantined); unregister follows aclrtFree's quarantine and puts the range back to PROT_NONE
+ * when released; release_range (aclrtReleaseMemAddress) munmaps the reservation except the
+ * quarantined mappings still in it, which are munmapped when collected. */
+aclError ah_mem_vmm_register(const char *api, void *base, size_t size, int device,
+                             uint64_t reservation);
+void ah_mem_vmm_forget(void *base);
+aclError ah_mem_vmm_unregister(const char *api, void *base);
+void ah_mem_vmm_release_range(void *base, size_t size);
+
+/* ---- vmm.c ---- */
+/* If ptr lies in a reservation but not in a mapping, describes it in buf. */
+bool ah_vmm_describe(const void *ptr, char *buf, size_t n);
+/* aclFinalize: unmaps every reservation and closes every physical allocation. */
+void ah_vmm_release_all(void);
+
+/* ---- capture.c ---- */
+struct ah_model;
+/* One recorded task; replay (NULL for plain tasks) stands in for enqueueing it at
+ * aclmdlRIExecuteAsync: event records are re-issued on the target stream. With check_only it
+ * only validates (every item is checked before any is queued). */
+typedef aclError (*ah_replay_fn)(void *arg, struct ah_stream *target, bool check_only);
+typedef struct ah_capture_item {
+    const char *name;
+    ah_task_run_fn run;
+    void *arg;
+    ah_task_release_fn release;
+    ah_replay_fn replay;
+    const ah_range *ranges;
+    size_t n_ranges;
+} ah_capture_item;
+/* Appends to a capturing model (takes ownership of arg: released on failure). Called with the
+ * stream's mutex held. */
+aclError ah_capture_append(struct ah_model *m, const ah_capture_item *item);
+/* The stream is being destroyed while capturing: the capture is invalidated and detached. */
+void ah_capture_abandon(struct ah_model *m);
+/* Marks a capture invalidated, keeping the first reason. */
+void ah_capture_invalidate(struct ah_model *m, const char *reason);
+/* The id of a model (unique for the process life), for events recorded inside a capture. */
+uint64_t ah_capture_id(const struct ah_model *m);
+bool ah_capture_id_active(uint64_t id);
+/* An "unsafe" call (sync copy/memset, device malloc/free, VMM changes, pageable async copy,
+ * device sync) on `device` (-1: any): an error, and the captures that forbid it are
+ * invalidated, per the capture modes and this thread's exchange mode. */
+aclError ah_capture_check_unsafe(const char *api, int device);
+void ah_capture_release_all(void);
 
 /* ---- stream.c ---- */
 struct ah_stream;
@@ -64,6 +118,11 @@ void ah_stream_wait_prefix(struct ah_stream *s, uint32_t generation, uint64_t co
  * error. timeout_ms -1: no limit; on expiry ACL_ERROR_RT_STREAM_SYNC_TIMEOUT. */
 aclError ah_stream_sync_prefix(struct ah_stream *s, uint32_t generation, uint64_t count,
                                int32_t timeout_ms, const char *api);
+
+/* The stream's capture slot (NULL when not capturing), used under the stream's mutex. */
+typedef aclError (*ah_capture_slot_fn)(struct ah_model **slot, void *ctx);
+aclError ah_stream_capture_slot(struct ah_stream *s, ah_capture_slot_fn fn, void *ctx);
+int ah_stream_device(const struct ah_stream *s);
 
 /* ---- event.c ---- */
 void ah_event_release_all(void);

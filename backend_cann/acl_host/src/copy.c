@@ -5,6 +5,10 @@
  * live allocation. The synchronous calls run at once with no stream sync, as on CANN. The async
  * calls are checked at launch and queued; when the host side is ordinary (pageable) memory,
  * the call returns only after the copy has run, as the CANN docs describe.
+ *
+ * During a graph capture the synchronous calls, and async copies with a pageable host side,
+ * are "unsafe" (capture.c): an error that invalidates the capture, unless the capture mode
+ * allows them. Async copies on a capturing stream are recorded like any task.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +71,20 @@ static aclError check_copy(const char *api, void *dst, size_t destMax, const voi
         break;
     default: break; /* DEFAULT: inferred from the addresses */
     }
-    if (!ok)
+    if (!ok) {
+        /* A host-looking side may be a device block that is already gone. */
+        char hint[300] = "";
+        char why[256];
+        if (sides->dst_kind == AH_MEM_NONE && ah_mem_recently_freed(dst, why, sizeof why))
+            snprintf(hint, sizeof hint, "; destination: %s", why);
+        else if (sides->src_kind == AH_MEM_NONE && ah_mem_recently_freed(src, why, sizeof why))
+            snprintf(hint, sizeof hint, "; source: %s", why);
         return ah_error(ACL_ERROR_RT_INVALID_MEMORY_TYPE,
                         "%s: kind %s does not match the pointers: destination %p is %s (device %d), "
-                        "source %p is %s (device %d)", api, k_kind_names[kind], dst,
+                        "source %p is %s (device %d)%s", api, k_kind_names[kind], dst,
                         where(sides->dst_kind), sides->dst_device, src, where(sides->src_kind),
-                        sides->src_device);
+                        sides->src_device, hint);
+    }
     if (dst_dev && src_dev && sides->dst_device != sides->src_device &&
         !ah_rt_peer_enabled(sides->dst_device, sides->src_device))
         return ah_error(ACL_ERROR_INVALID_PARAM,
@@ -86,7 +98,10 @@ AH_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t c
 {
     const char *api = "aclrtMemcpy";
     copy_sides sides;
-    aclError rc = ah_rt_require_device(api, NULL);
+    int device = 0;
+    aclError rc = ah_rt_require_device(api, &device);
+    if (rc == ACL_SUCCESS)
+        rc = ah_capture_check_unsafe(api, device);
     if (rc == ACL_SUCCESS)
         rc = check_copy(api, dst, destMax, src, count, kind, &sides);
     if (rc == ACL_SUCCESS && count)
@@ -145,6 +160,8 @@ AH_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, siz
     if (sides.src_kind != AH_MEM_NONE)
         ranges[n_ranges++] = (ah_range){src, count};
     bool pageable = sides.dst_kind == AH_MEM_NONE || sides.src_kind == AH_MEM_NONE;
+    if (pageable && (rc = ah_capture_check_unsafe(api, ah_stream_device(s))) != ACL_SUCCESS)
+        return rc;
     return queue_task(api, s, (copy_task){dst, src, count, -1}, ranges, n_ranges, pageable);
 }
 
@@ -158,16 +175,18 @@ static aclError check_memset(const char *api, void *devPtr, size_t maxCount, siz
     ah_mem_kind kind = AH_MEM_NONE;
     int device = -1;
     aclError rc = ah_mem_classify_named(devPtr, count, api, &kind, &device);
-    if (rc == ACL_SUCCESS && kind == AH_MEM_NONE)
-        rc = ah_error(ACL_ERROR_INVALID_PARAM,
-                      "%s: %p is neither device memory nor an aclrtMallocHost block", api, devPtr);
+    if (rc == ACL_SUCCESS && kind == AH_MEM_NONE) /* the device check explains why not */
+        rc = ah_mem_check_device(devPtr, count, api);
     return rc;
 }
 
 AH_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
     const char *api = "aclrtMemset";
-    aclError rc = ah_rt_require_device(api, NULL);
+    int device = 0;
+    aclError rc = ah_rt_require_device(api, &device);
+    if (rc == ACL_SUCCESS)
+        rc = ah_capture_check_unsafe(api, device);
     if (rc == ACL_SUCCESS)
         rc = check_memset(api, devPtr, maxCount, count);
     if (rc == ACL_SUCCESS && count)

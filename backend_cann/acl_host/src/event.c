@@ -5,6 +5,13 @@
  * aclrtStreamWaitEvent copies the current snapshot into a barrier task on the waiting stream,
  * so a later re-record does not affect waits already queued. An event never recorded is
  * complete. Event objects are recycled, never freed, so stale handles are reported as errors.
+ *
+ * Inside a graph capture, a record becomes a model item that records the event on the replay
+ * stream at aclmdlRIExecuteAsync; the event's host-visible state is untouched until then. A
+ * wait on a capturing stream becomes a recorded barrier on the event's snapshot as of capture
+ * time (a record made before the capture), or nothing if the record was made earlier in the
+ * same capture (same stream, in order). Waiting on another stream for an event recorded inside
+ * an active capture would join that stream into the capture: acl_host does not support it.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,6 +35,7 @@ typedef struct ah_event {
     uint32_t stream_generation;
     uint64_t count;
     uint64_t record_id;
+    uint64_t capture_id; /* last recorded inside this capture (0: a normal record) */
     bool stamped;
     struct timespec stamp;
     struct ah_event *next_free;
@@ -87,6 +95,7 @@ static aclError create_event(aclrtEvent *event, uint32_t flags, const char *api)
     e->flags = flags;
     e->recorded = e->stamped = false;
     e->stream = NULL;
+    e->capture_id = 0;
     pthread_mutex_unlock(&e->mutex);
     atomic_store(&e->magic, EVENT_MAGIC);
     *event = e;
@@ -151,16 +160,9 @@ static aclError run_stamp(void *arg)
     return ACL_SUCCESS;
 }
 
-AH_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
+/* A normal record of e on s. */
+static aclError record_on(ah_event *e, struct ah_stream *s, const char *api)
 {
-    const char *api = "aclrtRecordEvent";
-    ah_event *e = NULL;
-    struct ah_stream *s = NULL;
-    aclError rc = resolve_event(event, api, &e);
-    if (rc == ACL_SUCCESS)
-        rc = ah_stream_resolve(stream, api, &s);
-    if (rc != ACL_SUCCESS)
-        return rc;
     stamp_task *st = malloc(sizeof *st);
     if (!st)
         return ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
@@ -172,7 +174,7 @@ AH_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
 
     uint32_t stream_generation = ah_stream_generation(s);
     uint64_t count = 0;
-    rc = ah_stream_enqueue(s, api, run_stamp, st, free, NULL, 0, &count);
+    aclError rc = ah_stream_enqueue(s, api, run_stamp, st, free, NULL, 0, &count);
     if (rc != ACL_SUCCESS)
         return rc;
     pthread_mutex_lock(&e->mutex);
@@ -181,9 +183,76 @@ AH_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
         e->stream = s;
         e->stream_generation = stream_generation;
         e->count = count;
+        e->capture_id = 0;
     }
     pthread_mutex_unlock(&e->mutex);
     return ACL_SUCCESS;
+}
+
+/* ---- records inside a capture ----------------------------------------------------------------- */
+
+typedef struct captured_record {
+    ah_event *event;
+    uint32_t generation;
+} captured_record;
+
+static aclError replay_record(void *arg, struct ah_stream *target, bool check_only)
+{
+    captured_record *cr = arg;
+    ah_event *e = cr->event;
+    pthread_mutex_lock(&e->mutex);
+    bool live = atomic_load(&e->magic) == EVENT_MAGIC && e->generation == cr->generation;
+    pthread_mutex_unlock(&e->mutex);
+    if (!live)
+        return ah_error(ACL_ERROR_RT_INVALID_HANDLE,
+                        "aclmdlRIExecuteAsync: an event recorded in the captured model (%p) was "
+                        "destroyed", (void *)e);
+    return check_only ? ACL_SUCCESS : record_on(e, target, "aclmdlRIExecuteAsync");
+}
+
+typedef struct capture_ctx {
+    const ah_capture_item *item; /* NULL: only read the capture id */
+    bool captured;
+    uint64_t id;
+} capture_ctx;
+
+static aclError capture_slot(struct ah_model **slot, void *arg)
+{
+    capture_ctx *ctx = arg;
+    ctx->captured = *slot != NULL;
+    ctx->id = *slot ? ah_capture_id(*slot) : 0;
+    return *slot && ctx->item ? ah_capture_append(*slot, ctx->item) : ACL_SUCCESS;
+}
+
+AH_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
+{
+    const char *api = "aclrtRecordEvent";
+    ah_event *e = NULL;
+    struct ah_stream *s = NULL;
+    aclError rc = resolve_event(event, api, &e);
+    if (rc == ACL_SUCCESS)
+        rc = ah_stream_resolve(stream, api, &s);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    captured_record *cr = malloc(sizeof *cr);
+    if (!cr)
+        return ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
+    pthread_mutex_lock(&e->mutex);
+    *cr = (captured_record){e, e->generation};
+    pthread_mutex_unlock(&e->mutex);
+    ah_capture_item item = {api, NULL, cr, free, replay_record, NULL, 0};
+    capture_ctx ctx = {&item, false, 0};
+    rc = ah_stream_capture_slot(s, capture_slot, &ctx);
+    if (!ctx.captured) {
+        free(cr);
+        return record_on(e, s, api);
+    }
+    if (rc == ACL_SUCCESS) {
+        pthread_mutex_lock(&e->mutex);
+        e->capture_id = ctx.id;
+        pthread_mutex_unlock(&e->mutex);
+    }
+    return rc;
 }
 
 static aclError run_barrier(void *arg)
@@ -203,6 +272,20 @@ AH_API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
         rc = ah_stream_resolve(stream, api, &s);
     if (rc != ACL_SUCCESS)
         return rc;
+    pthread_mutex_lock(&e->mutex);
+    uint64_t recorded_in = e->capture_id;
+    pthread_mutex_unlock(&e->mutex);
+    if (recorded_in) {
+        capture_ctx ctx = {NULL, false, 0};
+        ah_stream_capture_slot(s, capture_slot, &ctx);
+        if (ctx.id == recorded_in) /* recorded earlier in this capture: already in order */
+            return ACL_SUCCESS;
+        if (ah_capture_id_active(recorded_in))
+            return ah_error(ACL_ERROR_RT_EVENT_CAPTURED,
+                            "%s: event %p was recorded inside a capture on another stream; "
+                            "acl_host captures one stream at a time (no cross-stream capture)",
+                            api, event);
+    }
     snapshot snap = take_snapshot(e);
     if (!snap.stream || snap.stream == s) /* nothing to wait for, or already in order */
         return ACL_SUCCESS;

@@ -14,10 +14,19 @@
  * (quarantine): the memory stays mapped, a queued task that touches it fails its run-time
  * range check (use after free), and the block is unmapped once every task queued before
  * the free has finished. The capacity is credited back at once, as on the device.
+ *
+ * VMM mappings (vmm.c) are registered here as device blocks tagged with their reservation: a
+ * range may run from one mapping into the next when both are contiguous in one reservation,
+ * as on the hardware, where the pool hands out blocks that cross chunk boundaries. Unmapping
+ * follows the same quarantine as aclrtFree; a released mapping goes back to PROT_NONE.
+ *
+ * The last AH_FREED_RING user frees are remembered, so an access to a block that is already
+ * gone is reported as a use after free rather than as "a host address".
  */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +37,7 @@
 #define AH_MMAP_THRESHOLD ((size_t)1 << 20)
 #define AH_POISON_LIMIT ((size_t)16 << 20)
 #define AH_POISON_BYTE 0xFF
+#define AH_FREED_RING 1024
 
 typedef struct block {
     uintptr_t base;
@@ -38,14 +48,27 @@ typedef struct block {
     ah_mem_kind kind;
     bool mapped;      /* mmap (else aligned_alloc) */
     bool freed;       /* quarantined: freed by the user, still mapped */
+    bool vmm_orphan;  /* a VMM mapping whose reservation was released: munmap, not PROT_NONE */
+    uint64_t vmm_res; /* VMM reservation id (aclrtMapMem), 0 for ordinary blocks */
     uint64_t freed_after_gseq;
 } block;
+
+typedef struct freed_entry {
+    uintptr_t base;
+    size_t size;
+    ah_mem_kind kind;
+    bool vmm;
+} freed_entry;
 
 static pthread_rwlock_t g_mem_lock = PTHREAD_RWLOCK_INITIALIZER;
 static block *g_blocks;
 static size_t g_n_blocks, g_blocks_cap;
 static size_t g_used[AH_MAX_DEVICES];
 static atomic_size_t g_n_quarantined;
+/* Recently freed blocks (diagnostics only): its own lock, as lookups run under the read lock. */
+static pthread_mutex_t g_ring_lock = PTHREAD_MUTEX_INITIALIZER;
+static freed_entry g_ring[AH_FREED_RING];
+static size_t g_ring_next, g_ring_count;
 
 bool ah_mem_has_quarantine(void) { return atomic_load(&g_n_quarantined) > 0; }
 
@@ -108,7 +131,10 @@ static void *raw_alloc(size_t span, bool *mapped)
 
 static void raw_free(const block *b)
 {
-    if (b->mapped)
+    if (b->vmm_res && !b->vmm_orphan) /* back to reserved-but-unmapped */
+        mmap((void *)b->base, b->span, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    else if (b->mapped)
         munmap((void *)b->base, b->span);
     else
         free((void *)b->base);
@@ -117,6 +143,51 @@ static void raw_free(const block *b)
 static const char *kind_name(ah_mem_kind kind)
 {
     return kind == AH_MEM_DEVICE ? "device allocation" : "aclrtMallocHost block";
+}
+
+static const char *block_name(const block *b)
+{
+    return b->vmm_res ? "VMM mapping" : kind_name(b->kind);
+}
+
+/* ---- recently freed blocks ------------------------------------------------------------------ */
+
+static void ring_push(const block *b)
+{
+    pthread_mutex_lock(&g_ring_lock);
+    g_ring[g_ring_next] = (freed_entry){b->base, b->size, b->kind, b->vmm_res != 0};
+    g_ring_next = (g_ring_next + 1) % AH_FREED_RING;
+    if (g_ring_count < AH_FREED_RING)
+        g_ring_count++;
+    pthread_mutex_unlock(&g_ring_lock);
+}
+
+bool ah_mem_recently_freed(const void *ptr, char *buf, size_t n)
+{
+    uintptr_t p = (uintptr_t)ptr;
+    bool found = false;
+    pthread_mutex_lock(&g_ring_lock);
+    for (size_t k = 1; k <= g_ring_count && !found; k++) { /* newest first */
+        const freed_entry *e = &g_ring[(g_ring_next + AH_FREED_RING - k) % AH_FREED_RING];
+        if (p >= e->base && p < e->base + (e->size ? e->size : 1)) {
+            found = true;
+            if (e->vmm)
+                snprintf(buf, n, "use after free of a %zu-byte VMM mapping %p unmapped earlier "
+                         "(aclrtUnmapMem)", e->size, (void *)e->base);
+            else
+                snprintf(buf, n, "use after free of a %zu-byte %s %p freed earlier", e->size,
+                         kind_name(e->kind), (void *)e->base);
+        }
+    }
+    pthread_mutex_unlock(&g_ring_lock);
+    return found;
+}
+
+/* Why an address outside every live block is not device memory. */
+static void describe_non_device(const void *ptr, char *buf, size_t n)
+{
+    if (!ah_mem_recently_freed(ptr, buf, n) && !ah_vmm_describe(ptr, buf, n))
+        snprintf(buf, n, "a host address");
 }
 
 /* ---- checks ---------------------------------------------------------------------------------- */
@@ -144,14 +215,21 @@ static aclError classify_locked(const char *what, uintptr_t p, size_t size, ah_m
     if (b->freed)
         return ah_error(ACL_ERROR_INVALID_PARAM,
                         "%s: range [%p, +%zu) lies in %s %p (size %zu) that was already freed "
-                        "(use after free)", what, (void *)p, size, kind_name(b->kind),
+                        "(use after free)", what, (void *)p, size, block_name(b),
                         (void *)b->base, b->size);
-    if (p + size > b->base + b->size)
+    /* A VMM range may continue into the next mapping if it is contiguous in one reservation. */
+    const block *last = b;
+    for (size_t j = (size_t)i + 1; p + size > last->base + last->size && j < g_n_blocks &&
+                                   last->vmm_res && g_blocks[j].vmm_res == last->vmm_res &&
+                                   g_blocks[j].base == last->base + last->size &&
+                                   !g_blocks[j].freed; j++)
+        last = &g_blocks[j];
+    if (p + size > last->base + last->size)
         return ah_error(ACL_ERROR_INVALID_PARAM,
                         "%s: range [%p, +%zu) at offset %zu runs %zu byte(s) past the end of %s %p "
                         "(size %zu)", what, (void *)p, size, (size_t)(p - b->base),
-                        (size_t)(p + size - b->base - b->size), kind_name(b->kind),
-                        (void *)b->base, b->size);
+                        (size_t)(p + size - last->base - last->size), block_name(last),
+                        (void *)last->base, last->size);
     *kind = b->kind;
     *device = b->device;
     return ACL_SUCCESS;
@@ -188,33 +266,77 @@ aclError ah_mem_check_device(const void *ptr, size_t size, const char *what)
     pthread_rwlock_rdlock(&g_mem_lock);
     aclError rc = classify_locked(what, (uintptr_t)ptr, size, &kind, &device);
     pthread_rwlock_unlock(&g_mem_lock);
-    if (rc == ACL_SUCCESS && kind != AH_MEM_DEVICE)
+    if (rc == ACL_SUCCESS && kind != AH_MEM_DEVICE) {
+        char why[256] = "an aclrtMallocHost block";
+        if (kind == AH_MEM_NONE)
+            describe_non_device(ptr, why, sizeof why);
         rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: [%p, +%zu) is not device memory (%s)", what,
-                      ptr, size, kind == AH_MEM_HOST_PINNED ? "an aclrtMallocHost block"
-                                                            : "a host address");
+                      ptr, size, why);
+    }
     return rc;
 }
 
 aclError ah_mem_check_live(const ah_range *range, const char *task)
 {
-    uintptr_t p = (uintptr_t)range->ptr;
-    aclError rc = ACL_SUCCESS;
+    uintptr_t p = (uintptr_t)range->ptr, end = p + (range->size ? range->size : 1);
+    const block *gone = NULL;
+    bool missing = false;
     pthread_rwlock_rdlock(&g_mem_lock);
     long i = find_block(p, NULL);
     if (i < 0)
-        rc = ah_error(ACL_ERROR_RT_AICORE_EXCEPTION,
-                      "%s: operand [%p, +%zu) is no longer in any allocation: it was freed "
-                      "while the task was queued (use after free)", task, range->ptr, range->size);
-    else if (g_blocks[i].freed)
-        rc = ah_error(ACL_ERROR_RT_AICORE_EXCEPTION,
-                      "%s: operand [%p, +%zu) lies in %s %p (size %zu) that was freed while the "
-                      "task was queued (use after free)", task, range->ptr, range->size,
-                      kind_name(g_blocks[i].kind), (void *)g_blocks[i].base, g_blocks[i].size);
+        missing = true;
+    for (size_t j = (size_t)(i < 0 ? 0 : i); !missing && !gone; j++) {
+        const block *b = &g_blocks[j];
+        if (b->freed)
+            gone = b;
+        else if (end <= b->base + b->size)
+            break;
+        else if (j + 1 >= g_n_blocks || !b->vmm_res || g_blocks[j + 1].vmm_res != b->vmm_res ||
+                 g_blocks[j + 1].base != b->base + b->size)
+            missing = true; /* the next mapping of the range went away */
+    }
+    block copy = gone ? *gone : (block){0};
     pthread_rwlock_unlock(&g_mem_lock);
-    return rc;
+    if (gone)
+        return ah_error(ACL_ERROR_RT_AICORE_EXCEPTION,
+                        "%s: operand [%p, +%zu) lies in %s %p (size %zu) that was freed while the "
+                        "task was queued (use after free)", task, range->ptr, range->size,
+                        block_name(&copy), (void *)copy.base, copy.size);
+    if (missing) {
+        char why[256];
+        describe_non_device(range->ptr, why, sizeof why);
+        return ah_error(ACL_ERROR_RT_AICORE_EXCEPTION,
+                        "%s: operand [%p, +%zu) is no longer device memory: it was freed while "
+                        "the task was queued (%s)", task, range->ptr, range->size, why);
+    }
+    return ACL_SUCCESS;
 }
 
 /* ---- allocation ------------------------------------------------------------------------------ */
+
+aclError ah_mem_charge(const char *api, int device, size_t bytes)
+{
+    size_t capacity = ah_rt_device_capacity();
+    pthread_rwlock_wrlock(&g_mem_lock);
+    size_t used = g_used[device];
+    bool fits = bytes <= capacity - used;
+    if (fits)
+        g_used[device] += bytes;
+    pthread_rwlock_unlock(&g_mem_lock);
+    if (!fits)
+        return ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                        "%s: out of memory on device %d: requested %zu bytes, free %zu of %zu "
+                        "total (CANN_LLM_HOST_MEMORY)", api, device, bytes, capacity - used,
+                        capacity);
+    return ACL_SUCCESS;
+}
+
+void ah_mem_credit(int device, size_t bytes)
+{
+    pthread_rwlock_wrlock(&g_mem_lock);
+    g_used[device] -= bytes <= g_used[device] ? bytes : g_used[device];
+    pthread_rwlock_unlock(&g_mem_lock);
+}
 
 static aclError allocate(const char *api, void **out, size_t size, ah_mem_kind kind, int device)
 {
@@ -229,18 +351,11 @@ static aclError allocate(const char *api, void **out, size_t size, ah_mem_kind k
     size_t span = kind == AH_MEM_DEVICE ? accounted : size;
 
     if (kind == AH_MEM_DEVICE) {
-        size_t capacity = ah_rt_device_capacity();
-        pthread_rwlock_wrlock(&g_mem_lock);
-        size_t used = g_used[device];
-        bool fits = accounted <= capacity - used;
-        if (fits)
-            g_used[device] += accounted;
-        pthread_rwlock_unlock(&g_mem_lock);
-        if (!fits)
-            return ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION,
-                            "%s: out of memory on device %d: requested %zu bytes (%zu after "
-                            "alignment), free %zu of %zu total (CANN_LLM_HOST_MEMORY)",
-                            api, device, size, accounted, capacity - used, capacity);
+        aclError rc = ah_capture_check_unsafe(api, device);
+        if (rc == ACL_SUCCESS)
+            rc = ah_mem_charge(api, device, accounted);
+        if (rc != ACL_SUCCESS)
+            return rc;
     }
     block b = {.size = size, .span = span, .accounted = accounted, .device = device, .kind = kind};
     void *p = raw_alloc(span, &b.mapped);
@@ -294,10 +409,16 @@ AH_API aclError aclrtMallocHost(void **hostPtr, size_t size)
     return allocate("aclrtMallocHost", hostPtr, size, AH_MEM_HOST_PINNED, -1);
 }
 
-static aclError release(const char *api, void *ptr, ah_mem_kind kind)
+static aclError release(const char *api, void *ptr, ah_mem_kind kind, bool vmm)
 {
     if (!ptr)
         return ah_error(ACL_ERROR_INVALID_PARAM, "%s: pointer is NULL", api);
+    if (kind == AH_MEM_DEVICE && !vmm) {
+        int device = ah_current_device();
+        aclError unsafe = ah_capture_check_unsafe(api, device);
+        if (unsafe != ACL_SUCCESS)
+            return unsafe;
+    }
     /* Read before the lock: a task queued after this point cannot be using the block. */
     uint64_t last = ah_stream_last_gseq();
     bool idle = ah_stream_oldest_pending_gseq() > last;
@@ -309,9 +430,12 @@ static aclError release(const char *api, void *ptr, ah_mem_kind kind)
     pthread_rwlock_wrlock(&g_mem_lock);
     long i = find_block(p, NULL);
     block *b = i >= 0 ? &g_blocks[i] : NULL;
-    if (!b)
-        rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: %p was not allocated by acl (unknown pointer)",
-                      api, ptr);
+    if (!b) {
+        char why[256] = "unknown pointer";
+        ah_mem_recently_freed(ptr, why, sizeof why);
+        rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: %p was not allocated by acl (%s)", api, ptr,
+                      why);
+    }
     else if (b->base != p)
         rc = ah_error(ACL_ERROR_INVALID_PARAM,
                       "%s: %p points %zu byte(s) into %s %p; pass the start address", api, ptr,
@@ -319,10 +443,12 @@ static aclError release(const char *api, void *ptr, ah_mem_kind kind)
     else if (b->freed)
         rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: double free of %s %p (size %zu)", api,
                       kind_name(b->kind), ptr, b->size);
-    else if (b->kind != kind)
-        rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: %p is an %s; free it with %s", api, ptr,
-                      kind_name(b->kind), b->kind == AH_MEM_DEVICE ? "aclrtFree" : "aclrtFreeHost");
+    else if (b->kind != kind || (b->vmm_res != 0) != vmm)
+        rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: %p is a %s; release it with %s", api, ptr,
+                      block_name(b), b->vmm_res ? "aclrtUnmapMem"
+                                     : b->kind == AH_MEM_DEVICE ? "aclrtFree" : "aclrtFreeHost");
     else {
+        ring_push(b);
         if (b->kind == AH_MEM_DEVICE)
             g_used[b->device] -= b->accounted;
         if (idle) {
@@ -341,11 +467,80 @@ static aclError release(const char *api, void *ptr, ah_mem_kind kind)
     return rc;
 }
 
-AH_API aclError aclrtFree(void *devPtr) { return release("aclrtFree", devPtr, AH_MEM_DEVICE); }
+AH_API aclError aclrtFree(void *devPtr)
+{
+    return release("aclrtFree", devPtr, AH_MEM_DEVICE, false);
+}
 
 AH_API aclError aclrtFreeHost(void *hostPtr)
 {
-    return release("aclrtFreeHost", hostPtr, AH_MEM_HOST_PINNED);
+    return release("aclrtFreeHost", hostPtr, AH_MEM_HOST_PINNED, false);
+}
+
+/* ---- VMM mappings (vmm.c) ---------------------------------------------------------------------- */
+
+aclError ah_mem_vmm_register(const char *api, void *base, size_t size, int device,
+                             uint64_t reservation)
+{
+    uintptr_t p = (uintptr_t)base;
+    aclError rc = ACL_SUCCESS;
+    block b = {.base = p, .size = size, .span = size, .device = device, .kind = AH_MEM_DEVICE,
+               .mapped = true, .vmm_res = reservation};
+    pthread_rwlock_wrlock(&g_mem_lock);
+    size_t next = 0;
+    long i = find_block(p, &next);
+    const block *clash = i >= 0 ? &g_blocks[i]
+                         : next < g_n_blocks && g_blocks[next].base < p + size ? &g_blocks[next]
+                                                                              : NULL;
+    if (clash)
+        rc = ah_error(ACL_ERROR_INVALID_PARAM,
+                      "%s: [%p, +%zu) overlaps %s %p (size %zu)%s", api, base, size,
+                      block_name(clash), (void *)clash->base, clash->size,
+                      clash->freed ? ", unmapped but still used by queued work (synchronize first)"
+                                   : "");
+    else if (!insert_block(&b))
+        rc = ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
+    pthread_rwlock_unlock(&g_mem_lock);
+    return rc;
+}
+
+/* Removes a mapping that was never used (aclrtMapMem failed after registering it). */
+void ah_mem_vmm_forget(void *base)
+{
+    pthread_rwlock_wrlock(&g_mem_lock);
+    long i = find_block((uintptr_t)base, NULL);
+    if (i >= 0 && g_blocks[i].base == (uintptr_t)base && g_blocks[i].vmm_res)
+        remove_block((size_t)i);
+    pthread_rwlock_unlock(&g_mem_lock);
+}
+
+aclError ah_mem_vmm_unregister(const char *api, void *base)
+{
+    return release(api, base, AH_MEM_DEVICE, true);
+}
+
+void ah_mem_vmm_release_range(void *base, size_t size)
+{
+    ah_mem_collect();
+    uintptr_t p = (uintptr_t)base, end = p + size;
+    pthread_rwlock_wrlock(&g_mem_lock);
+    size_t at = 0;
+    find_block(p, &at);
+    if (at > 0 && g_blocks[at - 1].base + g_blocks[at - 1].span > p)
+        at--;
+    uintptr_t cursor = p;
+    for (size_t j = at; j < g_n_blocks && g_blocks[j].base < end; j++) {
+        block *b = &g_blocks[j];
+        if (!b->vmm_res)
+            continue;
+        b->vmm_orphan = true; /* still quarantined: munmap it when it is collected */
+        if (b->base > cursor)
+            munmap((void *)cursor, b->base - cursor);
+        cursor = b->base + b->span;
+    }
+    if (cursor < end)
+        munmap((void *)cursor, end - cursor);
+    pthread_rwlock_unlock(&g_mem_lock);
 }
 
 void ah_mem_collect(void)
@@ -379,6 +574,9 @@ void ah_mem_release_all(void)
     memset(g_used, 0, sizeof g_used);
     atomic_store(&g_n_quarantined, 0);
     pthread_rwlock_unlock(&g_mem_lock);
+    pthread_mutex_lock(&g_ring_lock);
+    g_ring_next = g_ring_count = 0;
+    pthread_mutex_unlock(&g_ring_lock);
 }
 
 /* All 8.1 attributes (HBM and DDR, any page size) describe the device's one pool; attributes

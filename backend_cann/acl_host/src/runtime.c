@@ -155,8 +155,10 @@ AH_API aclError aclInit(const char *configPath)
 static void teardown(void)
 {
     ah_stream_destroy_device(-1);
+    ah_capture_release_all();
     ah_event_release_all();
     ah_mem_release_all();
+    ah_vmm_release_all();
     ah_pool_shutdown();
     atomic_store(&g_initialized, false);
 }
@@ -293,6 +295,8 @@ static aclError synchronize_device(const char *api, int32_t timeout_ms)
 {
     int dev = 0;
     aclError rc = ah_rt_require_device(api, &dev);
+    if (rc == ACL_SUCCESS)
+        rc = ah_capture_check_unsafe(api, dev);
     if (rc != ACL_SUCCESS)
         return rc;
     return ah_stream_sync_device(dev, timeout_ms);

@@ -11,6 +11,9 @@
  * it (stream/device/event sync, or an async copy from pageable memory), on the waiting thread.
  * Either way, whoever runs a task marks the stream busy, so tasks of one stream never overlap.
  *
+ * Graph capture (capture.c): while a stream captures, ah_stream_enqueue hands every task to the
+ * capturing model instead of queueing it; nothing runs and n_submitted does not move.
+ *
  * Stream objects are never returned to the allocator: a destroyed stream goes to a free list
  * with a dead magic number and a new generation, so a stale handle is an error, not a crash.
  */
@@ -55,6 +58,7 @@ struct ah_stream {
     pthread_t worker;
     aclError sticky;
     char sticky_message[AH_ERRMSG_SIZE];
+    struct ah_model *capture; /* capturing into this model (aclmdlRICaptureBegin) */
     struct ah_stream *next_free;
 };
 
@@ -217,6 +221,7 @@ static aclError create_stream(const char *api, int device, bool is_default, stru
         s->n_submitted = s->n_completed = 0;
         s->busy = s->stop = s->has_worker = false;
         s->sticky = ACL_SUCCESS;
+        s->capture = NULL;
         if (!ah_rt_deferred()) {
             if (pthread_create(&s->worker, NULL, stream_worker, s) == 0) {
                 s->has_worker = true;
@@ -244,6 +249,10 @@ static aclError create_stream(const char *api, int device, bool is_default, stru
 static void destroy_stream(struct ah_stream *s, bool force)
 {
     pthread_mutex_lock(&s->mutex);
+    if (s->capture) {
+        ah_capture_abandon(s->capture);
+        s->capture = NULL;
+    }
     if (force) {
         while (s->head) {
             ah_task *t = s->head;
@@ -369,6 +378,15 @@ aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn
         task_discard(t);
         return ah_error(ACL_ERROR_RT_INVALID_HANDLE, "%s: the stream is being destroyed", name);
     }
+    if (s->capture) { /* recorded, not run */
+        ah_capture_item item = {t->name, run, arg, release, NULL, ranges, n_ranges};
+        aclError rc = ah_capture_append(s->capture, &item);
+        pthread_mutex_unlock(&s->mutex);
+        free(t);
+        if (seq)
+            *seq = 0;
+        return rc;
+    }
     t->gseq = atomic_fetch_add(&g_gseq, 1) + 1;
     if (s->tail)
         s->tail->next = t;
@@ -383,6 +401,16 @@ aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn
     pthread_mutex_unlock(&s->mutex);
     return ACL_SUCCESS;
 }
+
+aclError ah_stream_capture_slot(struct ah_stream *s, ah_capture_slot_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&s->mutex);
+    aclError rc = fn(&s->capture, ctx);
+    pthread_mutex_unlock(&s->mutex);
+    return rc;
+}
+
+int ah_stream_device(const struct ah_stream *s) { return s->device; }
 
 aclError ah_stream_submit(aclrtStream stream, const char *name, ah_task_run_fn run, void *arg,
                           ah_task_release_fn release, const ah_range *ranges, size_t n_ranges)
@@ -580,7 +608,14 @@ static aclError synchronize_stream(aclrtStream stream, int32_t timeout_ms, const
     pthread_mutex_lock(&s->mutex);
     uint32_t generation = s->generation;
     uint64_t count = s->n_submitted;
+    bool capturing = s->capture != NULL;
+    if (capturing)
+        ah_capture_invalidate(s->capture, api);
     pthread_mutex_unlock(&s->mutex);
+    if (capturing)
+        return ah_error(ACL_ERROR_RT_STREAM_CAPTURED,
+                        "%s: stream %p is capturing (aclmdlRICaptureBegin); synchronizing it is "
+                        "not allowed and invalidated the capture", api, stream);
     return ah_stream_sync_prefix(s, generation, count, timeout_ms, api);
 }
 

@@ -1,5 +1,5 @@
-/* acl/acl_mdl.h (acl_host) - model runtime types. Only the graph-capture (aclmdlRI) types so
- * far; the capture functions come with graph mode. Values follow CANN 8.1.RC1.
+/* acl/acl_mdl.h (acl_host) - the model runtime: only graph capture and replay (aclmdlRI).
+ * Names, values and prototypes follow CANN 8.1.RC1.
  */
 #ifndef ACL_HOST_ACL_MDL_H
 #define ACL_HOST_ACL_MDL_H
@@ -27,6 +27,15 @@ typedef enum {
     ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
     ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
 } aclmdlRICaptureStatus;
+
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureGetInfo(aclrtStream stream,
+                                                    aclmdlRICaptureStatus *status,
+                                                    aclmdlRI *modelRI);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureThreadExchangeMode(aclmdlRICaptureMode *mode);
+ACL_FUNC_VISIBILITY aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclmdlRIDestroy(aclmdlRI modelRI);
 
 #ifdef __cplusplus
 }
