@@ -1,0 +1,684 @@
+/* ops_attention.c - aclnnFusedInferAttentionScoreV2 (fused attention for inference).
+ *
+ * out[b, h, i, :] = softmax_j(scale * q[b,h,i,:] . k[b,g,j,:] + pse[b,h,i,j], masked) . v[b,g,j,:]
+ * with g = h / (numHeads / numKeyValueHeads) (native GQA). The subset implemented: layouts BSH,
+ * BSND, BNSD and BNSD_BSND; F16 or BF16 query / key / value / out; key and value as one-tensor
+ * lists; optional pseShift (query's dtype, (B|1, N, >= Sq, >= Skv), any strides, e.g. a stride-0
+ * head dim) and attenMask (BOOL / INT8 / UINT8, 1 = excluded); sparseMode 0 with the preTokens /
+ * nextTokens window applied when a mask is given and Sq > 1; optional softmaxLse (F32
+ * [B, N, Sq, 1]). Quantization, paging, actual sequence lengths and shared prefixes are rejected
+ * with ACLNN_ERR_PARAM_INVALID. Operands may be strided views (ggml passes permuted views into
+ * its KV cache) as long as the head dim is contiguous.
+ *
+ * Arithmetic, as the NPU's cube and vector units do it: F16/BF16 inputs widened to F32; each
+ * score is one F32 dot product over D in a fixed order (16 lanes, lane l takes d = l mod 16, then
+ * a fixed pairwise tree), times scale, plus the pse widened to F32; a row's softmax is two-pass
+ * (exact max, then exp(s - max) in F32, row sum in F32 in key order); the probabilities are
+ * rounded to the input dtype (the cube unit multiplies F16/BF16 operands) and P . V accumulates in
+ * F32 in key order; out = acc / sum, rounded to nearest even. A position masked to -inf (attenMask,
+ * window, or a -inf pse) takes no part. A row with every position masked gives zeros (the
+ * innerPrecise row-invalid correction, applied in every mode) and softmaxLse +inf. innerPrecise
+ * bit 0 (high performance) does not change the host arithmetic.
+ *
+ * Work is split over (batch, KV head, query-head chunk, query-row block); every query row is
+ * computed alone in the same order whatever the split, so a row's output is bit-identical for any
+ * batch size, other rows or thread count, and every ISA path (AVX-512, AVX2, scalar) gives the
+ * same bits (no fused multiply-add).
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ah_convert.h"
+#include "ah_tensor.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define AH_X86 1
+#include <immintrin.h>
+#endif
+
+#define FIA "aclnnFusedInferAttentionScoreV2"
+#define FIA_MAX_HEADS 256
+#define FIA_MAX_GROUP 64
+#define FIA_MAX_D 512
+#define FIA_MAX_BATCH 65536
+#define FIA_KV_BLOCK 32   /* keys / values widened to F32 at a time */
+#define FIA_UNIT_ROWS 32  /* query rows a task aims for */
+
+typedef enum fia_layout { LAYOUT_BSH, LAYOUT_BSND, LAYOUT_BNSD, LAYOUT_BNSD_BSND } fia_layout;
+
+typedef struct fia_params {
+    int8_t slot_q, slot_k, slot_v, slot_pse, slot_mask, slot_out, slot_lse;
+    int8_t layout;
+    aclDataType dtype;
+    int32_t n_head, n_kv_head;
+    int64_t batch, s_q, s_kv, head_dim;
+    float scale;
+    bool band;
+    int64_t pre_tokens, next_tokens;
+} fia_params;
+
+/* Element strides of (batch, head, seq) of a q / k / v / out operand; the head dim has stride 1. */
+typedef struct fia_geom {
+    const char *base; /* element (0,0,0,0) */
+    int64_t sb, sn, ss;
+} fia_geom;
+
+static const char *elem_ptr(const aclTensor *t) {
+    return (const char *)t->data + t->offset * (int64_t)ah_dtype_size(t->dtype);
+}
+
+/* (B, S, N, D) extents and the geometry of an operand in `layout` (BSH split into n_head heads). */
+static void layout_geom(const aclTensor *t, fia_layout layout, int64_t n_head, int64_t *dims4,
+                        fia_geom *g) {
+    g->base = elem_ptr(t);
+    if (layout == LAYOUT_BSH) {
+        int64_t d = n_head > 0 ? t->dims[2] / n_head : 0;
+        dims4[0] = t->dims[0], dims4[1] = t->dims[1], dims4[2] = n_head, dims4[3] = d;
+        g->sb = t->strides[0], g->ss = t->strides[1], g->sn = d * t->strides[2];
+    } else if (layout == LAYOUT_BSND) {
+        dims4[0] = t->dims[0], dims4[1] = t->dims[1], dims4[2] = t->dims[2], dims4[3] = t->dims[3];
+        g->sb = t->strides[0], g->ss = t->strides[1], g->sn = t->strides[2];
+    } else { /* BNSD */
+        dims4[0] = t->dims[0], dims4[1] = t->dims[2], dims4[2] = t->dims[1], dims4[3] = t->dims[3];
+        g->sb = t->strides[0], g->sn = t->strides[1], g->ss = t->strides[2];
+    }
+}
+
+/* ---- vector kernels: dot products in the fixed 16-lane order, and acc += p * v -------------- */
+static float reduce16(float *acc) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            acc[l] += acc[l + w];
+    return acc[0];
+}
+
+static float dot_scalar(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] += a[i + l] * b[i + l];
+    return reduce16(acc);
+}
+
+static void axpy_scalar(float *acc, float p, const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        acc[i] += p * v[i];
+}
+
+#ifdef AH_X86
+__attribute__((target("avx2"))) static inline float hsum8_avx2(__m256 h) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)); /* l + l+4 */
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));                                         /* l + l+2 */
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                     /* l + l+1 */
+    return _mm_cvtss_f32(x);
+}
+
+__attribute__((target("avx2"))) static float dot_avx2(const float *a, const float *b, int64_t n) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+        hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
+    }
+    return hsum8_avx2(_mm256_add_ps(lo, hi)); /* l + l+8 */
+}
+
+__attribute__((target("avx2"))) static void axpy_avx2(float *acc, float p, const float *v,
+                                                      int64_t n) {
+    __m256 pv = _mm256_set1_ps(p);
+    for (int64_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i),
+                                                _mm256_mul_ps(pv, _mm256_loadu_ps(v + i))));
+}
+
+__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b,
+                                                           int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16)
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    __m256 lo = _mm512_castps512_ps256(acc);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+    return hsum8_avx2(_mm256_add_ps(lo, hi));
+}
+
+__attribute__((target("avx512f"))) static void axpy_avx512(float *acc, float p, const float *v,
+                                                           int64_t n) {
+    __m512 pv = _mm512_set1_ps(p);
+    for (int64_t i = 0; i < n; i += 16)
+        _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i),
+                                                _mm512_mul_ps(pv, _mm512_loadu_ps(v + i))));
+}
+#endif
+
+typedef float (*dot_fn)(const float *, const float *, int64_t);
+typedef void (*axpy_fn)(float *, float, const float *, int64_t);
+
+/* ---- the kernel --------------------------------------------------------------------------------- */
+typedef struct fia_job {
+    fia_params p;
+    int64_t group;         /* query heads per KV head */
+    int64_t chunk_heads;   /* query heads per task */
+    int64_t n_head_chunks; /* per KV head */
+    int64_t block_rows;    /* query rows per task */
+    int64_t n_row_blocks;
+    fia_geom q, k, v, out;
+    /* pse (b, n, s, kv) and mask (b, s, kv) element strides; base NULL when absent */
+    const char *pse;
+    int64_t pse_s[4];
+    const char *mask;
+    int64_t mask_s[3];
+    float *lse; /* [B, N, Sq] contiguous, or NULL */
+    dot_fn dot;
+    axpy_fn axpy;
+    atomic_int failed;
+} fia_job;
+
+static void widen_row(aclDataType t, const char *src, float *dst, int64_t n) {
+    if (t == ACL_FLOAT16)
+        ah_f16_to_f32_row((const uint16_t *)(const void *)src, dst, n);
+    else
+        ah_bf16_to_f32_row((const uint16_t *)(const void *)src, dst, n);
+}
+
+static float widen_one(aclDataType t, const char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return t == ACL_FLOAT16 ? ah_f16_to_f32(h) : ah_bf16_to_f32(h);
+}
+
+/* One task: query heads [h0, h0 + nh) of batch b (all on KV head g), rows [i0, i0 + ni). */
+static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64_t nh, int64_t i0,
+                     int64_t ni, float *qf, float *scores, float *kvf, float *acc, float *rmax,
+                     float *rsum, uint16_t *p16) {
+    const fia_params *p = &job->p;
+    const aclDataType dt = p->dtype;
+    const int64_t D = p->head_dim, S = p->s_kv, R = nh * ni;
+    const int64_t es = 2;
+
+    for (int64_t r = 0; r < R; r++) {
+        int64_t h = h0 + r / ni, i = i0 + r % ni;
+        const char *src = job->q.base + (b * job->q.sb + h * job->q.sn + i * job->q.ss) * es;
+        widen_row(dt, src, qf + r * D, D);
+    }
+
+    /* scores: s = (q . k) * scale + pse, -inf where masked (no dot product computed there) */
+    for (int64_t j0 = 0; j0 < S; j0 += FIA_KV_BLOCK) {
+        int64_t nj = S - j0 < FIA_KV_BLOCK ? S - j0 : FIA_KV_BLOCK;
+        for (int64_t jj = 0; jj < nj; jj++) {
+            const char *src =
+                job->k.base + (b * job->k.sb + g * job->k.sn + (j0 + jj) * job->k.ss) * es;
+            widen_row(dt, src, kvf + jj * D, D);
+        }
+        for (int64_t r = 0; r < R; r++) {
+            int64_t h = h0 + r / ni, i = i0 + r % ni;
+            float *srow = scores + r * S + j0;
+            float bias[FIA_KV_BLOCK];
+            if (job->pse) {
+                const char *pse_row = job->pse + (b * job->pse_s[0] + h * job->pse_s[1] +
+                                                  i * job->pse_s[2] + j0 * job->pse_s[3]) * es;
+                if (job->pse_s[3] == 1)
+                    widen_row(dt, pse_row, bias, nj);
+                else
+                    for (int64_t jj = 0; jj < nj; jj++)
+                        bias[jj] = widen_one(dt, pse_row + jj * job->pse_s[3] * es);
+            } else {
+                for (int64_t jj = 0; jj < nj; jj++)
+                    bias[jj] = 0.0f;
+            }
+            if (job->mask) {
+                const unsigned char *m = (const unsigned char *)job->mask + b * job->mask_s[0] +
+                                         i * job->mask_s[1] + j0 * job->mask_s[2];
+                for (int64_t jj = 0; jj < nj; jj++)
+                    if (m[jj * job->mask_s[2]] != 0)
+                        bias[jj] = -INFINITY;
+            }
+            if (p->band)
+                for (int64_t jj = 0; jj < nj; jj++)
+                    if (j0 + jj > i + p->next_tokens || j0 + jj < i - p->pre_tokens)
+                        bias[jj] = -INFINITY;
+            const float *qr = qf + r * D;
+            for (int64_t jj = 0; jj < nj; jj++)
+                srow[jj] = bias[jj] == -INFINITY ? -INFINITY
+                                                 : job->dot(qr, kvf + jj * D, D) * p->scale + bias[jj];
+        }
+    }
+
+    /* softmax: exact max, exp in F32, sum in key order, P rounded to the input dtype */
+    for (int64_t r = 0; r < R; r++) {
+        float *srow = scores + r * S, m = -INFINITY, sum = 0.0f;
+        for (int64_t j = 0; j < S; j++)
+            m = srow[j] > m ? srow[j] : m;
+        if (m == -INFINITY) {
+            rmax[r] = m;
+            rsum[r] = 0.0f;
+            continue;
+        }
+        for (int64_t j = 0; j < S; j++) {
+            float e = srow[j] == -INFINITY ? 0.0f : expf(srow[j] - m);
+            sum += e;
+            srow[j] = e;
+        }
+        if (dt == ACL_FLOAT16) {
+            ah_f32_to_f16_row(srow, p16, S);
+            ah_f16_to_f32_row(p16, srow, S);
+        } else {
+            ah_f32_to_bf16_row(srow, p16, S);
+            ah_bf16_to_f32_row(p16, srow, S);
+        }
+        rmax[r] = m;
+        rsum[r] = sum;
+    }
+
+    /* P . V in F32, key order; positions with P == 0 add nothing */
+    memset(acc, 0, (size_t)(R * D) * sizeof(float));
+    for (int64_t j0 = 0; j0 < S; j0 += FIA_KV_BLOCK) {
+        int64_t nj = S - j0 < FIA_KV_BLOCK ? S - j0 : FIA_KV_BLOCK;
+        bool any = false;
+        for (int64_t r = 0; r < R && !any; r++)
+            for (int64_t jj = 0; jj < nj && !any; jj++)
+                any = rsum[r] > 0.0f && scores[r * S + j0 + jj] != 0.0f;
+        if (!any)
+            continue;
+        for (int64_t jj = 0; jj < nj; jj++) {
+            const char *src =
+                job->v.base + (b * job->v.sb + g * job->v.sn + (j0 + jj) * job->v.ss) * es;
+            widen_row(dt, src, kvf + jj * D, D);
+        }
+        for (int64_t r = 0; r < R; r++) {
+            if (rsum[r] == 0.0f)
+                continue;
+            const float *prow = scores + r * S + j0;
+            for (int64_t jj = 0; jj < nj; jj++)
+                if (prow[jj] != 0.0f)
+                    job->axpy(acc + r * D, prow[jj], kvf + jj * D, D);
+        }
+    }
+
+    for (int64_t r = 0; r < R; r++) {
+        int64_t h = h0 + r / ni, i = i0 + r % ni;
+        float *a = acc + r * D;
+        if (rsum[r] == 0.0f)
+            memset(a, 0, (size_t)D * sizeof(float));
+        else
+            for (int64_t d = 0; d < D; d++)
+                a[d] = a[d] / rsum[r];
+        char *dst = (char *)job->out.base + (b * job->out.sb + h * job->out.sn + i * job->out.ss) * es;
+        if (dt == ACL_FLOAT16)
+            ah_f32_to_f16_row(a, (uint16_t *)(void *)dst, D);
+        else
+            ah_f32_to_bf16_row(a, (uint16_t *)(void *)dst, D);
+        if (job->lse)
+            job->lse[(b * p->n_head + h) * p->s_q + i] =
+                rsum[r] == 0.0f ? INFINITY : rmax[r] + logf(rsum[r]);
+    }
+}
+
+static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
+    fia_job *job = ctx;
+    const int64_t D = job->p.head_dim, S = job->p.s_kv;
+    const int64_t R = job->chunk_heads * job->block_rows;
+    size_t floats = (size_t)(R * D * 2 + R * (S > 0 ? S : 1) + FIA_KV_BLOCK * D + R * 2 + S / 2 + 1);
+    float *buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    if (!buf) {
+        atomic_store(&job->failed, 1);
+        return;
+    }
+    float *qf = buf, *acc = qf + R * D, *kvf = acc + R * D, *rmax = kvf + FIA_KV_BLOCK * D;
+    float *rsum = rmax + R, *scores = rsum + R;
+    uint16_t *p16 = (uint16_t *)(void *)(scores + R * S); /* one row of P in the input dtype */
+    for (int64_t u = begin; u < end; u++) {
+        int64_t rb = u % job->n_row_blocks, rest = u / job->n_row_blocks;
+        int64_t hc = rest % job->n_head_chunks;
+        rest /= job->n_head_chunks;
+        int64_t g = rest % job->p.n_kv_head, b = rest / job->p.n_kv_head;
+        int64_t h0 = g * job->group + hc * job->chunk_heads;
+        int64_t nh = job->group - hc * job->chunk_heads;
+        nh = nh < job->chunk_heads ? nh : job->chunk_heads;
+        int64_t i0 = rb * job->block_rows, ni = job->p.s_q - i0;
+        ni = ni < job->block_rows ? ni : job->block_rows;
+        fia_unit(job, b, g, h0, nh, i0, ni, qf, scores, kvf, acc, rmax, rsum, p16);
+    }
+    free(buf);
+}
+
+static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
+    (void)workspace;
+    fia_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return ah_error(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", FIA);
+    const fia_params *p = AH_EXEC_PARAMS(ex, const fia_params);
+    job->p = *p;
+    fia_layout in_layout = p->layout == LAYOUT_BNSD_BSND ? LAYOUT_BNSD : (fia_layout)p->layout;
+    fia_layout out_layout = p->layout == LAYOUT_BNSD_BSND ? LAYOUT_BSND : (fia_layout)p->layout;
+    int64_t dims4[4];
+    layout_geom(&ex->tensors[p->slot_q], in_layout, p->n_head, dims4, &job->q);
+    layout_geom(&ex->tensors[p->slot_k], in_layout, p->n_kv_head, dims4, &job->k);
+    layout_geom(&ex->tensors[p->slot_v], in_layout, p->n_kv_head, dims4, &job->v);
+    layout_geom(&ex->tensors[p->slot_out], out_layout, p->n_head, dims4, &job->out);
+    if (p->slot_pse >= 0) {
+        const aclTensor *t = &ex->tensors[p->slot_pse];
+        job->pse = elem_ptr(t);
+        for (int i = 0; i < 4; i++)
+            job->pse_s[i] = t->dims[i] == 1 ? 0 : t->strides[i];
+    }
+    if (p->slot_mask >= 0) {
+        const aclTensor *t = &ex->tensors[p->slot_mask];
+        int n = t->ndim;
+        job->mask = elem_ptr(t);
+        job->mask_s[2] = t->strides[n - 1];
+        job->mask_s[1] = t->dims[n - 2] == 1 ? 0 : t->strides[n - 2];
+        job->mask_s[0] = n >= 3 && t->dims[0] != 1 ? t->strides[0] : 0;
+        /* (B, Skv) for a single query row: the first dim is the batch */
+        if (n == 2 && p->s_q == 1 && t->dims[0] == p->batch && p->batch > 1)
+            job->mask_s[0] = t->strides[0], job->mask_s[1] = 0;
+    }
+    if (p->slot_lse >= 0)
+        job->lse = (float *)(void *)elem_ptr(&ex->tensors[p->slot_lse]);
+    job->dot = dot_scalar;
+    job->axpy = axpy_scalar;
+#ifdef AH_X86
+    if (ah_isa() == AH_ISA_AVX512)
+        job->dot = dot_avx512, job->axpy = axpy_avx512;
+    else if (ah_isa() == AH_ISA_AVX2)
+        job->dot = dot_avx2, job->axpy = axpy_avx2;
+#endif
+    /* the split: whole GQA groups and FIA_UNIT_ROWS rows per task, heads split further when
+     * there are too few tasks for the pool (results do not depend on it) */
+    job->group = p->n_head / p->n_kv_head;
+    job->chunk_heads = job->group;
+    job->block_rows = FIA_UNIT_ROWS / job->group > 0 ? FIA_UNIT_ROWS / job->group : 1;
+    if (job->block_rows > p->s_q)
+        job->block_rows = p->s_q;
+    job->n_row_blocks = (p->s_q + job->block_rows - 1) / job->block_rows;
+    int64_t want = 2 * (int64_t)ah_n_threads();
+    for (;;) {
+        job->n_head_chunks = (job->group + job->chunk_heads - 1) / job->chunk_heads;
+        int64_t units = p->batch * p->n_kv_head * job->n_head_chunks * job->n_row_blocks;
+        if (units >= want || job->chunk_heads == 1)
+            break;
+        job->chunk_heads = (job->chunk_heads + 1) / 2;
+    }
+    int64_t units = p->batch * p->n_kv_head * job->n_head_chunks * job->n_row_blocks;
+    if (units > 0)
+        ah_parallel_for(units, 1, fia_chunk, job);
+    aclError err = ACL_SUCCESS;
+    if (atomic_load(&job->failed))
+        err = ah_error(ACL_ERROR_BAD_ALLOC, "%s: out of host memory for the score buffers", FIA);
+    free(job);
+    return err;
+}
+
+/* ---- phase 1 -------------------------------------------------------------------------------------- */
+#define TRY(expr)                                                                             \
+    do {                                                                                      \
+        aclnnStatus st_ = (expr);                                                             \
+        if (st_ != ACLNN_SUCCESS)                                                             \
+            return st_;                                                                       \
+    } while (0)
+
+static aclnnStatus unsupported(const char *name) {
+    return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s is not supported by acl_host (pass NULL)", FIA,
+                    name);
+}
+
+static aclnnStatus parse_layout(const char *s, fia_layout *out) {
+    if (!s)
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: inputLayout is NULL", FIA);
+    static const struct { const char *name; fia_layout layout; } names[] = {
+        {"BSH", LAYOUT_BSH}, {"BSND", LAYOUT_BSND}, {"BNSD", LAYOUT_BNSD},
+        {"BNSD_BSND", LAYOUT_BNSD_BSND}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(s, names[i].name) == 0) {
+            *out = names[i].layout;
+            return ACLNN_SUCCESS;
+        }
+    return ah_error(ACLNN_ERR_PARAM_INVALID,
+                    "%s: inputLayout \"%.32s\" is not one of BSH, BSND, BNSD, BNSD_BSND", FIA, s);
+}
+
+/* The one tensor of a key / value list. */
+static aclnnStatus list_tensor(const char *name, const aclTensorList *list, const aclTensor **out) {
+    if (!list)
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is NULL", FIA, name);
+    if (list->size != 1)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s holds %llu tensors; acl_host supports one (the tensorlist batch "
+                        "mode is not implemented)", FIA, name, (unsigned long long)list->size);
+    if (!list->tensors[0])
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s[0] is NULL", FIA, name);
+    *out = list->tensors[0];
+    return ACLNN_SUCCESS;
+}
+
+/* dtype, rank for the layout, contiguous head dim; fills (B, S, N, D). */
+static aclnnStatus check_qkv(const char *name, const aclTensor *t, fia_layout layout,
+                             aclDataType dtype, int64_t n_head, int64_t *dims4) {
+    int rank = layout == LAYOUT_BSH ? 3 : 4;
+    TRY(ah_check_tensor(FIA, name, t, AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16), rank,
+                        rank));
+    if (t->dtype != dtype)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s has dtype %s, query has %s", FIA, name,
+                        ah_dtype_name(t->dtype), ah_dtype_name(dtype));
+    if (layout == LAYOUT_BSH && (n_head <= 0 || t->dims[2] % n_head != 0))
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s's hidden size %lld is not a multiple of its %lld heads", FIA, name,
+                        (long long)t->dims[2], (long long)n_head);
+    fia_geom g;
+    layout_geom(t, layout, n_head, dims4, &g);
+    if (dims4[3] > 1 && t->strides[rank - 1] != 1)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s's head dim has stride %lld; acl_host needs it contiguous", FIA,
+                        name, (long long)t->strides[rank - 1]);
+    return ACLNN_SUCCESS;
+}
+
+static aclnnStatus check_pse(const aclTensor *pse, aclDataType dtype, const int64_t *q4,
+                             int64_t s_kv) {
+    TRY(ah_check_tensor(FIA, "pseShiftOptional", pse,
+                        AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16), 4, 4));
+    if (pse->dtype != dtype)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: pseShiftOptional has dtype %s, query has %s",
+                        FIA, ah_dtype_name(pse->dtype), ah_dtype_name(dtype));
+    const int64_t *d = pse->dims;
+    if ((d[0] != 1 && d[0] != q4[0]) || d[1] != q4[2] || d[2] < q4[1] || d[3] < s_kv) {
+        char buf[96];
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: pseShiftOptional %s must be (B or 1, N, >= Sq, >= Skv) = (%lld or 1, "
+                        "%lld, >= %lld, >= %lld)", FIA, ah_shape_str(buf, sizeof buf, d, 4),
+                        (long long)q4[0], (long long)q4[2], (long long)q4[1], (long long)s_kv);
+    }
+    return ACLNN_SUCCESS;
+}
+
+static aclnnStatus check_mask(const aclTensor *m, const int64_t *q4, int64_t s_kv) {
+    TRY(ah_check_tensor(FIA, "attenMaskOptional", m,
+                        AH_DTYPE_BIT(ACL_BOOL) | AH_DTYPE_BIT(ACL_INT8) | AH_DTYPE_BIT(ACL_UINT8),
+                        2, 4));
+    const int64_t *d = m->dims;
+    int n = m->ndim;
+    int64_t B = q4[0], S = q4[1];
+    bool ok = d[n - 1] >= s_kv;
+    if (n == 2) /* (Sq, Skv), or (B, Skv) for one query row */
+        ok = ok && (d[0] >= S || (S == 1 && d[0] == B));
+    else if (n == 3) /* (B|1, Sq, Skv) */
+        ok = ok && (d[0] == 1 || d[0] == B) && d[1] >= S;
+    else /* (B|1, 1, Sq, Skv) */
+        ok = ok && (d[0] == 1 || d[0] == B) && d[1] == 1 && d[2] >= S;
+    if (!ok) {
+        char buf[96];
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: attenMaskOptional %s does not fit B=%lld, Sq=%lld, Skv=%lld (expected "
+                        "(Sq,Skv), (B,Sq,Skv), (1,Sq,Skv), (B,1,Sq,Skv) or (1,1,Sq,Skv))", FIA,
+                        ah_shape_str(buf, sizeof buf, d, n), (long long)B, (long long)S,
+                        (long long)s_kv);
+    }
+    return ACLNN_SUCCESS;
+}
+
+AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
+    const aclTensor *query, const aclTensorList *key, const aclTensorList *value,
+    const aclTensor *pseShiftOptional, const aclTensor *attenMaskOptional,
+    const aclIntArray *actualSeqLengthsOptional, const aclIntArray *actualSeqLengthsKvOptional,
+    const aclTensor *deqScale1Optional, const aclTensor *quantScale1Optional,
+    const aclTensor *deqScale2Optional, const aclTensor *quantScale2Optional,
+    const aclTensor *quantOffset2Optional, const aclTensor *antiquantScaleOptional,
+    const aclTensor *antiquantOffsetOptional, const aclTensor *blockTableOptional,
+    const aclTensor *queryPaddingSizeOptional, const aclTensor *kvPaddingSizeOptional,
+    const aclTensor *keyAntiquantScaleOptional, const aclTensor *keyAntiquantOffsetOptional,
+    const aclTensor *valueAntiquantScaleOptional, const aclTensor *valueAntiquantOffsetOptional,
+    const aclTensor *keySharedPrefixOptional, const aclTensor *valueSharedPrefixOptional,
+    const aclIntArray *actualSharedPrefixLenOptional, int64_t numHeads, double scaleValue,
+    int64_t preTokens, int64_t nextTokens, char *inputLayout, int64_t numKeyValueHeads,
+    int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode,
+    bool softmaxLseFlag, int64_t keyAntiquantMode, int64_t valueAntiquantMode,
+    const aclTensor *attentionOut, const aclTensor *softmaxLse, uint64_t *workspaceSize,
+    aclOpExecutor **executor) {
+    (void)blockSize, (void)antiquantMode, (void)keyAntiquantMode, (void)valueAntiquantMode;
+    if (!query)
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: query is NULL", FIA);
+    if (!attentionOut)
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: attentionOut is NULL", FIA);
+    TRY(ah_check_out_ptrs(FIA, workspaceSize, executor));
+    const struct { const void *ptr; const char *name; } optional[] = {
+        {actualSeqLengthsOptional, "actualSeqLengthsOptional"},
+        {actualSeqLengthsKvOptional, "actualSeqLengthsKvOptional"},
+        {deqScale1Optional, "deqScale1Optional"}, {quantScale1Optional, "quantScale1Optional"},
+        {deqScale2Optional, "deqScale2Optional"}, {quantScale2Optional, "quantScale2Optional"},
+        {quantOffset2Optional, "quantOffset2Optional"},
+        {antiquantScaleOptional, "antiquantScaleOptional"},
+        {antiquantOffsetOptional, "antiquantOffsetOptional"},
+        {blockTableOptional, "blockTableOptional"},
+        {queryPaddingSizeOptional, "queryPaddingSizeOptional"},
+        {kvPaddingSizeOptional, "kvPaddingSizeOptional"},
+        {keyAntiquantScaleOptional, "keyAntiquantScaleOptional"},
+        {keyAntiquantOffsetOptional, "keyAntiquantOffsetOptional"},
+        {valueAntiquantScaleOptional, "valueAntiquantScaleOptional"},
+        {valueAntiquantOffsetOptional, "valueAntiquantOffsetOptional"},
+        {keySharedPrefixOptional, "keySharedPrefixOptional"},
+        {valueSharedPrefixOptional, "valueSharedPrefixOptional"},
+        {actualSharedPrefixLenOptional, "actualSharedPrefixLenOptional"}};
+    for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
+        if (optional[i].ptr)
+            return unsupported(optional[i].name);
+
+    fia_layout layout = LAYOUT_BSND;
+    TRY(parse_layout(inputLayout, &layout));
+    fia_layout in_layout = layout == LAYOUT_BNSD_BSND ? LAYOUT_BNSD : layout;
+    const aclTensor *k = NULL, *v = NULL;
+    TRY(list_tensor("key", key, &k));
+    TRY(list_tensor("value", value, &v));
+    if (numHeads <= 0 || numHeads > FIA_MAX_HEADS)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: numHeads %lld is outside [1, %d]", FIA,
+                        (long long)numHeads, FIA_MAX_HEADS);
+    int64_t n_kv = numKeyValueHeads == 0 ? numHeads : numKeyValueHeads;
+    if (n_kv < 0 || numHeads % n_kv != 0 || numHeads / n_kv > FIA_MAX_GROUP)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: numHeads %lld and numKeyValueHeads %lld: numHeads must be a multiple "
+                        "of numKeyValueHeads with a ratio of at most %d", FIA, (long long)numHeads,
+                        (long long)numKeyValueHeads, FIA_MAX_GROUP);
+    TRY(ah_check_tensor(FIA, "query", query, AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16),
+                        0, AH_OP_MAX_RANK));
+    aclDataType dtype = query->dtype;
+    int64_t q4[4], k4[4], v4[4], o4[4];
+    TRY(check_qkv("query", query, in_layout, dtype, numHeads, q4));
+    TRY(check_qkv("key", k, in_layout, dtype, n_kv, k4));
+    TRY(check_qkv("value", v, in_layout, dtype, n_kv, v4));
+    if (q4[2] != numHeads)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: query has %lld heads, numHeads is %lld",
+                        FIA, (long long)q4[2], (long long)numHeads);
+    if (k4[2] != n_kv)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: key has %lld heads, numKeyValueHeads is %lld", FIA, (long long)k4[2],
+                        (long long)n_kv);
+    if (k->ndim != v->ndim || memcmp(k->dims, v->dims, sizeof(int64_t) * (size_t)k->ndim) != 0) {
+        char a[96], b[96];
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: key %s and value %s must have one shape", FIA,
+                        ah_shape_str(a, sizeof a, k->dims, k->ndim),
+                        ah_shape_str(b, sizeof b, v->dims, v->ndim));
+    }
+    if (k4[0] != q4[0] || k4[3] != q4[3]) {
+        char a[96], b[96];
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: key %s does not match query %s in batch or head dim", FIA,
+                        ah_shape_str(a, sizeof a, k->dims, k->ndim),
+                        ah_shape_str(b, sizeof b, query->dims, query->ndim));
+    }
+    int64_t D = q4[3];
+    if (D <= 0 || D > FIA_MAX_D || D % 16 != 0)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: head dim %lld must be a multiple of 16 in [16, %d]", FIA, (long long)D,
+                        FIA_MAX_D);
+    if (q4[0] > FIA_MAX_BATCH)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: batch %lld exceeds %d", FIA,
+                        (long long)q4[0], FIA_MAX_BATCH);
+    if (layout == LAYOUT_BNSD_BSND && q4[1] == 1)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: inputLayout BNSD_BSND needs a query sequence longer than 1", FIA);
+    if (sparseMode != 0)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: sparseMode %lld is not supported by acl_host (only 0)", FIA,
+                        (long long)sparseMode);
+    if (innerPrecise < 0 || innerPrecise > 3 || (q4[1] == 1 && innerPrecise > 1))
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: innerPrecise %lld is invalid (0..3; 0 or 1 when the query sequence "
+                        "is 1)", FIA, (long long)innerPrecise);
+
+    /* out: query's shape (BSND for BNSD_BSND), query's dtype */
+    fia_layout out_layout = layout == LAYOUT_BNSD_BSND ? LAYOUT_BSND : layout;
+    TRY(check_qkv("attentionOut", attentionOut, out_layout, dtype, numHeads, o4));
+    if (memcmp(o4, q4, sizeof q4) != 0) {
+        char a[96];
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: attentionOut %s must be (B, S, N, D) = (%lld, %lld, %lld, %lld) in "
+                        "its layout", FIA, ah_shape_str(a, sizeof a, attentionOut->dims,
+                                                        attentionOut->ndim),
+                        (long long)q4[0], (long long)q4[1], (long long)q4[2], (long long)q4[3]);
+    }
+    int64_t s_kv = k4[1];
+    if (pseShiftOptional)
+        TRY(check_pse(pseShiftOptional, dtype, q4, s_kv));
+    if (attenMaskOptional)
+        TRY(check_mask(attenMaskOptional, q4, s_kv));
+    if (softmaxLseFlag) {
+        if (!softmaxLse)
+            return ah_error(ACLNN_ERR_PARAM_NULLPTR,
+                            "%s: softmaxLse is NULL while softmaxLseFlag is true", FIA);
+        TRY(ah_check_tensor(FIA, "softmaxLse", softmaxLse, AH_DTYPE_BIT(ACL_FLOAT), 4, 4));
+        int64_t want[4] = {q4[0], q4[2], q4[1], 1};
+        TRY(ah_check_shape(FIA, "softmaxLse", softmaxLse, want, 4, "(B, N, Sq, 1)"));
+        if (!ah_tensor_is_contiguous(softmaxLse))
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: softmaxLse must be contiguous", FIA);
+    }
+
+    fia_params bp = {.slot_pse = -1, .slot_mask = -1, .slot_lse = -1, .layout = (int8_t)layout,
+                     .dtype = dtype, .n_head = (int32_t)numHeads, .n_kv_head = (int32_t)n_kv,
+                     .batch = q4[0], .s_q = q4[1], .s_kv = s_kv, .head_dim = D,
+                     .scale = (float)scaleValue, .pre_tokens = preTokens,
+                     .next_tokens = nextTokens};
+    bp.band = attenMaskOptional != NULL && q4[1] > 1;
+    aclOpExecutor *ex = ah_executor_new(FIA, fia_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    bp.slot_q = (int8_t)ah_executor_add_tensor(ex, "query", query, AH_IN);
+    bp.slot_k = (int8_t)ah_executor_add_tensor(ex, "key", k, AH_IN);
+    bp.slot_v = (int8_t)ah_executor_add_tensor(ex, "value", v, AH_IN);
+    if (pseShiftOptional)
+        bp.slot_pse = (int8_t)ah_executor_add_tensor(ex, "pseShiftOptional", pseShiftOptional, AH_IN);
+    if (attenMaskOptional)
+        bp.slot_mask =
+            (int8_t)ah_executor_add_tensor(ex, "attenMaskOptional", attenMaskOptional, AH_IN);
+    bp.slot_out = (int8_t)ah_executor_add_tensor(ex, "attentionOut", attentionOut, AH_OUT);
+    if (softmaxLseFlag)
+        bp.slot_lse = (int8_t)ah_executor_add_tensor(ex, "softmaxLse", softmaxLse, AH_OUT);
+    *AH_EXEC_PARAMS(ex, fia_params) = bp;
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnFusedInferAttentionScoreV2(void *workspace, uint64_t workspaceSize,
+                                                   aclOpExecutor *executor,
+                                                   const aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, FIA);
+}

@@ -1,0 +1,523 @@
+/* test_aclnn_attention.c - aclnnFusedInferAttentionScoreV2 on acl_host against a double-precision
+ * reference: GQA (9/3, 32/8, 4/4), head dims 64 and 128, query lengths 1, 7 and 33, up to 300 keys,
+ * BSND / BNSD / BSH layouts, non-contiguous K/V views into a larger cache, an F16 pse with a
+ * stride-0 head dim holding -inf positions, a BOOL attenMask, fully masked rows, softmaxLse;
+ * batch invariance (a row's bits at Sq = 1, 7, 64) and thread-count invariance (1 vs 2 threads in
+ * separate processes, CANN_LLM_THREADS being read at init); error codes and messages.
+ * CT_BENCH=1 prints decode GB/s of KV and prefill GFLOPS.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "acl/acl.h"
+#include "cann/aclnn_api.h"
+#include "ctest_util.h"
+
+static aclrtStream stream;
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+    return p;
+}
+
+static void *dev_from(const void *host, size_t bytes) {
+    void *p = dev_alloc(bytes);
+    CHECK(aclrtMemcpy(p, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+    return p;
+}
+
+static void to_host(void *host, const void *dev, size_t bytes) {
+    CHECK(aclrtMemcpy(host, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
+}
+
+/* strides NULL = contiguous; 1-D storage covering the view */
+static aclTensor *tensor(const int64_t *dims, int nd, aclDataType dt, const int64_t *strides,
+                         int64_t offset, void *data) {
+    int64_t contiguous[8], extent = offset + 1;
+    if (!strides) {
+        int64_t step = 1;
+        for (int i = nd - 1; i >= 0; i--) {
+            contiguous[i] = step;
+            step *= dims[i];
+        }
+        strides = contiguous;
+    }
+    for (int i = 0; i < nd; i++)
+        extent += (dims[i] - 1) * strides[i];
+    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, offset, ACL_FORMAT_ND, &extent, 1, data);
+}
+
+static uint16_t f16(float f) { return aclFloatToFloat16(f); }
+static float from_f16(uint16_t h) { return aclFloat16ToFloat(h); }
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float urand(void) { /* [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static aclTensorList *list1(aclTensor *t) { return aclCreateTensorList((const aclTensor *const *)&t, 1); }
+
+/* Phase 1 with the common defaults; on success (and run) phase 2 and a synchronize. Takes the key
+ * and value descriptors (the lists own them). */
+typedef struct fia_args {
+    aclTensor *q, *k, *v, *pse, *mask, *out, *lse;
+    int64_t n_head, n_kv_head, sparse, inner;
+    double scale;
+    const char *layout;
+    bool lse_flag;
+} fia_args;
+
+static aclnnStatus fia(const fia_args *a) {
+    aclTensorList *kl = list1(a->k), *vl = list1(a->v);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    char layout[16];
+    snprintf(layout, sizeof layout, "%s", a->layout);
+    aclnnStatus st = aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
+        a->q, kl, vl, a->pse, a->mask, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, a->n_head, a->scale, 65535, 65535,
+        a->layout ? layout : NULL, a->n_kv_head, a->sparse, a->inner, 0, 0, a->lse_flag, 0, 0,
+        a->out, a->lse, &ws, &ex);
+    if (st == ACLNN_SUCCESS) {
+        void *w = ws ? dev_alloc(ws) : NULL;
+        st = aclnnFusedInferAttentionScoreV2(w, ws, ex, stream);
+        CHECK(aclrtSynchronizeStream(stream) == ACL_SUCCESS);
+        if (w)
+            aclrtFree(w);
+    }
+    aclDestroyTensorList(kl);
+    aclDestroyTensorList(vl);
+    return st;
+}
+
+/* ---- one case against the double reference -------------------------------------------------- */
+typedef struct fa_case {
+    int64_t B, N, KVN, Sq, Skv, D;
+    const char *layout; /* BSND, BNSD or BSH */
+    bool strided_kv;    /* K/V as views into a larger, padded cache */
+    int mask_kind;      /* 0 none, 1 F16 pse (stride-0 heads), 2 BOOL attenMask */
+} fa_case;
+
+/* Host data in logical (b, n, s, d) order; pse / mask logical (i, j) shared by batch and heads. */
+typedef struct fa_data {
+    uint16_t *q, *k, *v; /* [B][N][Sq][D], [B][KVN][Skv][D] */
+    float *bias;         /* [Sq][Skv]: additive (pse) or 0 / -inf (mask) */
+} fa_data;
+
+static void fa_fill(const fa_case *c, fa_data *d) {
+    int64_t nq = c->B * c->N * c->Sq * c->D, nk = c->B * c->KVN * c->Skv * c->D;
+    d->q = malloc((size_t)nq * 2), d->k = malloc((size_t)nk * 2), d->v = malloc((size_t)nk * 2);
+    d->bias = malloc((size_t)(c->Sq * c->Skv) * sizeof(float));
+    for (int64_t i = 0; i < nq; i++) d->q[i] = f16(urand());
+    for (int64_t i = 0; i < nk; i++) d->k[i] = f16(urand()), d->v[i] = f16(urand());
+    for (int64_t i = 0; i < c->Sq; i++)
+        for (int64_t j = 0; j < c->Skv; j++) {
+            bool causal_out = j > i + (c->Skv - c->Sq);
+            bool holed = urand() > 0.8f;
+            float b = (causal_out || holed) ? -INFINITY : (c->mask_kind == 1 ? from_f16(f16(urand())) : 0.0f);
+            if (c->mask_kind == 0) b = 0.0f;
+            d->bias[i * c->Skv + j] = b;
+        }
+    if (c->mask_kind != 0 && c->Sq > 2) /* one fully masked row */
+        for (int64_t j = 0; j < c->Skv; j++) d->bias[1 * c->Skv + j] = -INFINITY;
+}
+
+static void fa_free(fa_data *d) { free(d->q), free(d->k), free(d->v), free(d->bias); }
+
+static void reference(const fa_case *c, const fa_data *d, double scale, double *out, double *lse) {
+    int64_t G = c->N / c->KVN, D = c->D;
+    double *s = malloc((size_t)c->Skv * sizeof(double));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->N; h++)
+            for (int64_t i = 0; i < c->Sq; i++) {
+                const uint16_t *qr = d->q + ((b * c->N + h) * c->Sq + i) * D;
+                double m = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < c->Skv; j++) {
+                    const uint16_t *kr = d->k + ((b * c->KVN + h / G) * c->Skv + j) * D;
+                    double dot = 0;
+                    for (int64_t x = 0; x < D; x++) dot += (double)from_f16(qr[x]) * from_f16(kr[x]);
+                    float bias = d->bias[i * c->Skv + j];
+                    s[j] = bias == -INFINITY ? -INFINITY : dot * scale + bias;
+                    if (s[j] > m) m = s[j];
+                }
+                double *o = out + ((b * c->N + h) * c->Sq + i) * D;
+                for (int64_t x = 0; x < D; x++) o[x] = 0;
+                if (m == -INFINITY) {
+                    lse[(b * c->N + h) * c->Sq + i] = INFINITY;
+                    continue;
+                }
+                for (int64_t j = 0; j < c->Skv; j++) {
+                    double p = s[j] == -INFINITY ? 0 : exp(s[j] - m);
+                    sum += p;
+                    const uint16_t *vr = d->v + ((b * c->KVN + h / G) * c->Skv + j) * D;
+                    for (int64_t x = 0; x < D; x++) o[x] += p * from_f16(vr[x]);
+                }
+                for (int64_t x = 0; x < D; x++) o[x] /= sum;
+                lse[(b * c->N + h) * c->Sq + i] = m + log(sum);
+            }
+    free(s);
+}
+
+/* Dims and strides of a (B, S, H, D) logical operand in `layout`, stored in a buffer of
+ * (B, S_store, H, D_store) BSND or (B, H, S_store, D_store) BNSD order; BSH merges H and D. */
+static int layout_dims(const char *layout, int64_t B, int64_t S, int64_t H, int64_t D, int64_t S_store,
+                       int64_t D_store, int64_t *dims, int64_t *strides) {
+    if (strcmp(layout, "BNSD") == 0) {
+        int64_t d[4] = {B, H, S, D}, st[4] = {H * S_store * D_store, S_store * D_store, D_store, 1};
+        memcpy(dims, d, sizeof d), memcpy(strides, st, sizeof st);
+        return 4;
+    }
+    int64_t st[4] = {S_store * H * D_store, H * D_store, D_store, 1};
+    if (strcmp(layout, "BSH") == 0) {
+        int64_t d[3] = {B, S, H * D}, st3[3] = {st[0], st[1], 1};
+        memcpy(dims, d, sizeof d), memcpy(strides, st3, sizeof st3);
+        return 3;
+    }
+    int64_t d[4] = {B, S, H, D};
+    memcpy(dims, d, sizeof d), memcpy(strides, st, sizeof st);
+    return 4;
+}
+
+/* Element index of logical (b, h, s, x) in the stored buffer. */
+static int64_t stored_index(const char *layout, int64_t b, int64_t h, int64_t s, int64_t x, int64_t H,
+                            int64_t S_store, int64_t D_store) {
+    if (strcmp(layout, "BNSD") == 0) return ((b * H + h) * S_store + s) * D_store + x;
+    return ((b * S_store + s) * H + h) * D_store + x;
+}
+
+typedef struct fa_result {
+    uint16_t *out; /* logical [B][N][Sq][D] */
+    float *lse;    /* [B][N][Sq] */
+} fa_result;
+
+/* Runs FIA on the case's data; q rows [row0, row0 + Sq) of a data set with Sq_data rows. */
+static aclnnStatus fa_run(const fa_case *c, const fa_data *d, int64_t Sq_data, int64_t row0, double scale,
+                          bool want_lse, fa_result *r) {
+    const char *layout = c->layout;
+    int64_t B = c->B, N = c->N, KVN = c->KVN, Sq = c->Sq, Skv = c->Skv, D = c->D;
+    /* q: stored exactly (contiguous in its layout) */
+    int64_t nq = B * N * Sq * D;
+    uint16_t *qh = malloc((size_t)nq * 2);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < N; h++)
+            for (int64_t i = 0; i < Sq; i++)
+                for (int64_t x = 0; x < D; x++)
+                    qh[stored_index(layout, b, h, i, x, N, Sq, D)] = d->q[((b * N + h) * Sq_data + row0 + i) * D + x];
+    /* k / v: a padded cache when strided: S_store = Skv + 5 rows, D_store = D + 16, start at row 2 */
+    int64_t S_store = c->strided_kv ? Skv + 5 : Skv, D_store = c->strided_kv ? D + 16 : D;
+    int64_t row_off = c->strided_kv ? 2 : 0;
+    int64_t nk = B * KVN * S_store * D_store;
+    uint16_t *kh = calloc((size_t)nk, 2), *vh = calloc((size_t)nk, 2);
+    for (int64_t i = 0; i < nk; i++) kh[i] = f16(1000.0f), vh[i] = 0x7e00; /* poison outside the view */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t g = 0; g < KVN; g++)
+            for (int64_t j = 0; j < Skv; j++)
+                for (int64_t x = 0; x < D; x++) {
+                    int64_t at = stored_index(layout, b, g, j + row_off, x, KVN, S_store, D_store);
+                    kh[at] = d->k[((b * KVN + g) * Skv + j) * D + x];
+                    vh[at] = d->v[((b * KVN + g) * Skv + j) * D + x];
+                }
+    void *qd = dev_from(qh, (size_t)nq * 2), *kd = dev_from(kh, (size_t)nk * 2), *vd = dev_from(vh, (size_t)nk * 2);
+    void *od = dev_alloc((size_t)nq * 2), *lsed = dev_alloc((size_t)(B * N * Sq) * 4);
+    int64_t dims[4], strides[4];
+    int nd = layout_dims(layout, B, Sq, N, D, Sq, D, dims, strides);
+    fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = scale, .layout = layout, .inner = Sq == 1 ? 0 : 2};
+    a.q = tensor(dims, nd, ACL_FLOAT16, strides, 0, qd);
+    a.out = tensor(dims, nd, ACL_FLOAT16, strides, 0, od);
+    nd = layout_dims(layout, B, Skv, KVN, D, S_store, D_store, dims, strides);
+    int64_t off = row_off * (strcmp(layout, "BNSD") == 0 ? D_store : KVN * D_store);
+    if (c->strided_kv && strcmp(layout, "BSH") == 0) { /* BSH needs contiguous hidden: no D padding */
+        CHECK(!"strided BSH case is not meaningful");
+    }
+    a.k = tensor(dims, nd, ACL_FLOAT16, strides, off, kd);
+    a.v = tensor(dims, nd, ACL_FLOAT16, strides, off, vd);
+    /* pse (1, N, Sq, Skv) with a stride-0 head dim over rows padded to Skv + 3; mask (1, Sq, Skv) */
+    void *pd = NULL;
+    int64_t pad = Skv + 3;
+    if (c->mask_kind == 1) {
+        uint16_t *ph = malloc((size_t)(Sq_data * pad) * 2);
+        for (int64_t i = 0; i < Sq_data; i++)
+            for (int64_t j = 0; j < pad; j++) ph[i * pad + j] = j < Skv ? f16(d->bias[i * Skv + j]) : f16(-INFINITY);
+        pd = dev_from(ph, (size_t)(Sq_data * pad) * 2);
+        free(ph);
+        int64_t pdims[4] = {1, N, Sq, Skv}, pst[4] = {0, 0, pad, 1};
+        a.pse = tensor(pdims, 4, ACL_FLOAT16, pst, row0 * pad, pd);
+    } else if (c->mask_kind == 2) {
+        unsigned char *mh = malloc((size_t)(Sq_data * pad));
+        for (int64_t i = 0; i < Sq_data; i++)
+            for (int64_t j = 0; j < pad; j++) mh[i * pad + j] = j >= Skv || d->bias[i * Skv + j] == -INFINITY;
+        pd = dev_from(mh, (size_t)(Sq_data * pad));
+        free(mh);
+        int64_t mdims[3] = {1, Sq, Skv}, mst[3] = {0, pad, 1};
+        a.mask = tensor(mdims, 3, ACL_BOOL, mst, row0 * pad, pd);
+    }
+    if (want_lse) {
+        int64_t ldims[4] = {B, N, Sq, 1};
+        a.lse = tensor(ldims, 4, ACL_FLOAT, NULL, 0, lsed);
+        a.lse_flag = true;
+    }
+    aclnnStatus st = fia(&a);
+    if (st != ACLNN_SUCCESS) fprintf(stderr, "  FIA: %d %s\n", st, aclGetRecentErrMsg());
+    uint16_t *oh = malloc((size_t)nq * 2);
+    to_host(oh, od, (size_t)nq * 2);
+    r->out = malloc((size_t)nq * 2);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < N; h++)
+            for (int64_t i = 0; i < Sq; i++)
+                for (int64_t x = 0; x < D; x++)
+                    r->out[((b * N + h) * Sq + i) * D + x] = oh[stored_index(layout, b, h, i, x, N, Sq, D)];
+    r->lse = malloc((size_t)(B * N * Sq) * 4);
+    to_host(r->lse, lsed, (size_t)(B * N * Sq) * 4);
+    aclDestroyTensor(a.q), aclDestroyTensor(a.out), aclDestroyTensor(a.pse), aclDestroyTensor(a.mask);
+    aclDestroyTensor(a.lse);
+    aclrtFree(qd), aclrtFree(kd), aclrtFree(vd), aclrtFree(od), aclrtFree(lsed);
+    if (pd) aclrtFree(pd);
+    free(qh), free(kh), free(vh), free(oh);
+    return st;
+}
+
+static void test_case(const fa_case *c) {
+    fa_data d;
+    fa_fill(c, &d);
+    double scale = 1.0 / sqrt((double)c->D);
+    fa_result r;
+    aclnnStatus st = fa_run(c, &d, c->Sq, 0, scale, true, &r);
+    CHECK(st == ACLNN_SUCCESS);
+    int64_t n = c->B * c->N * c->Sq * c->D;
+    double *ref = malloc((size_t)n * sizeof(double)), *lse = malloc((size_t)(c->B * c->N * c->Sq) * sizeof(double));
+    reference(c, &d, scale, ref, lse);
+    double max_err = 0, err2 = 0, ref2 = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double got = from_f16(r.out[i]), e = fabs(got - ref[i]);
+        if (!(e <= 2e-3 + 4e-3 * fabs(ref[i]))) bad++;
+        max_err = e > max_err ? e : max_err;
+        err2 += e * e, ref2 += ref[i] * ref[i];
+    }
+    int bad_lse = 0;
+    for (int64_t i = 0; i < c->B * c->N * c->Sq; i++) {
+        if (isinf(lse[i])) bad_lse += !(isinf(r.lse[i]) && r.lse[i] > 0);
+        else bad_lse += !(fabs(r.lse[i] - lse[i]) <= 1e-4 * (1 + fabs(lse[i])));
+    }
+    double nmse = ref2 > 0 ? err2 / ref2 : err2;
+    printf("  B=%lld N=%lld/%lld Sq=%lld Skv=%lld D=%lld %s%s mask=%d: max err %.2e nmse %.2e\n",
+           (long long)c->B, (long long)c->N, (long long)c->KVN, (long long)c->Sq, (long long)c->Skv,
+           (long long)c->D, c->layout, c->strided_kv ? " strided" : "", c->mask_kind, max_err, nmse);
+    CHECK(bad == 0);
+    CHECK(bad_lse == 0);
+    CHECK(nmse < 5e-6);
+    free(ref), free(lse), free(r.out), free(r.lse);
+    fa_free(&d);
+}
+
+static void test_against_reference(void) {
+    const fa_case cases[] = {
+        {1, 9, 3, 1, 37, 64, "BSND", true, 1},     {1, 9, 3, 7, 300, 64, "BSND", true, 1},
+        {2, 9, 3, 33, 120, 64, "BSND", true, 1},   {1, 32, 8, 1, 300, 128, "BSND", true, 1},
+        {1, 32, 8, 7, 64, 128, "BSND", true, 1},   {2, 32, 8, 33, 257, 128, "BNSD", true, 1},
+        {1, 4, 4, 7, 50, 64, "BSND", false, 0},    {2, 8, 2, 33, 100, 128, "BSND", true, 2},
+        {1, 8, 2, 5, 40, 64, "BSH", false, 1},     {1, 14, 2, 1, 299, 64, "BNSD", false, 2},
+        {1, 2, 1, 3, 16, 16, "BSND", false, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_case(&cases[i]);
+}
+
+/* A fully masked row gives zeros; an empty key sequence gives zeros. */
+static void test_fully_masked_rows_are_zero(void) {
+    fa_case c = {1, 4, 2, 4, 20, 64, "BSND", false, 1};
+    fa_data d;
+    fa_fill(&c, &d);
+    for (int64_t j = 0; j < c.Skv; j++) d.bias[2 * c.Skv + j] = -INFINITY;
+    fa_result r;
+    CHECK(fa_run(&c, &d, c.Sq, 0, 0.125, true, &r) == ACLNN_SUCCESS);
+    for (int64_t h = 0; h < c.N; h++)
+        for (int64_t x = 0; x < c.D; x++) CHECK(r.out[((h * c.Sq) + 2) * c.D + x] == 0);
+    free(r.out), free(r.lse);
+    fa_free(&d);
+}
+
+/* Row outputs are bit-identical whether computed with Sq = 64, 7 or 1. */
+static void test_batch_invariance(void) {
+    fa_case c = {1, 9, 3, 64, 200, 64, "BSND", true, 1};
+    fa_data d;
+    fa_fill(&c, &d);
+    fa_result full, part, one;
+    CHECK(fa_run(&c, &d, 64, 0, 0.125, false, &full) == ACLNN_SUCCESS);
+    fa_case c7 = c;
+    c7.Sq = 7;
+    CHECK(fa_run(&c7, &d, 64, 20, 0.125, false, &part) == ACLNN_SUCCESS);
+    fa_case c1 = c;
+    c1.Sq = 1;
+    CHECK(fa_run(&c1, &d, 64, 23, 0.125, false, &one) == ACLNN_SUCCESS);
+    int diff7 = 0, diff1 = 0;
+    for (int64_t h = 0; h < c.N; h++) {
+        for (int64_t i = 0; i < 7; i++)
+            diff7 += memcmp(full.out + ((h * 64) + 20 + i) * c.D, part.out + ((h * 7) + i) * c.D, (size_t)c.D * 2) != 0;
+        diff1 += memcmp(full.out + ((h * 64) + 23) * c.D, one.out + h * c.D, (size_t)c.D * 2) != 0;
+    }
+    CHECK(diff7 == 0);
+    CHECK(diff1 == 0);
+    free(full.out), free(full.lse), free(part.out), free(part.lse), free(one.out), free(one.lse);
+    fa_free(&d);
+}
+
+/* --dump FILE: a fixed case's output bytes, for the thread-count comparison. */
+static int dump(const char *path) {
+    fa_case c = {2, 32, 8, 9, 150, 128, "BSND", true, 1};
+    fa_data d;
+    fa_fill(&c, &d);
+    fa_result r;
+    CHECK(fa_run(&c, &d, c.Sq, 0, 0.088, false, &r) == ACLNN_SUCCESS);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fwrite(r.out, 2, (size_t)(c.B * c.N * c.Sq * c.D), f);
+        fclose(f);
+    }
+    free(r.out), free(r.lse);
+    fa_free(&d);
+    return 0;
+}
+
+static void test_thread_count_invariance(const char *self) {
+    char p1[64], p2[64], cmd[1024];
+    snprintf(p1, sizeof p1, "/tmp/test_fia_%d_t1.bin", (int)getpid());
+    snprintf(p2, sizeof p2, "/tmp/test_fia_%d_t2.bin", (int)getpid());
+    snprintf(cmd, sizeof cmd, "CANN_LLM_THREADS=1 '%s' --dump %s", self, p1);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "CANN_LLM_THREADS=2 '%s' --dump %s", self, p2);
+    CHECK(system(cmd) == 0);
+    FILE *a = fopen(p1, "rb"), *b = fopen(p2, "rb");
+    CHECK(a && b);
+    if (a && b) {
+        size_t n = 2 * 32 * 9 * 128 * 2;
+        char *x = malloc(n), *y = malloc(n);
+        CHECK(fread(x, 1, n, a) == n && fread(y, 1, n, b) == n);
+        CHECK(memcmp(x, y, n) == 0);
+        free(x), free(y);
+    }
+    if (a) fclose(a);
+    if (b) fclose(b);
+    remove(p1), remove(p2);
+}
+
+/* ---- errors ------------------------------------------------------------------------------------- */
+static aclnnStatus try_phase1(aclDataType qt, int64_t N, int64_t KVN, int64_t D, const char *layout,
+                              int64_t sparse, int list_size, bool quant) {
+    void *buf = dev_alloc(1 << 16);
+    int64_t qd[4] = {1, 2, N, D}, kd[4] = {1, 8, KVN, D};
+    aclTensor *q = tensor(qd, 4, qt, NULL, 0, buf), *out = tensor(qd, 4, qt, NULL, 0, buf);
+    aclTensor *k[2] = {tensor(kd, 4, ACL_FLOAT16, NULL, 0, buf), tensor(kd, 4, ACL_FLOAT16, NULL, 0, buf)};
+    aclTensor *v = tensor(kd, 4, ACL_FLOAT16, NULL, 0, buf);
+    aclTensorList *kl = aclCreateTensorList((const aclTensor *const *)k, (uint64_t)list_size);
+    aclTensorList *vl = list1(v);
+    char lay[16];
+    if (layout) snprintf(lay, sizeof lay, "%s", layout);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    aclnnStatus st = aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
+        q, kl, vl, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, quant ? q : NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL, NULL, N, 1.0, 65535, 65535, layout ? lay : NULL, KVN, sparse, 0, 0, 0,
+        false, 0, 0, out, NULL, &ws, &ex);
+    if (st == ACLNN_SUCCESS) { /* consume the executor */
+        CHECK(aclnnFusedInferAttentionScoreV2(NULL, ws, ex, stream) == ACLNN_SUCCESS);
+        CHECK(aclrtSynchronizeStream(stream) == ACL_SUCCESS);
+    } else {
+        CHECK(strstr(aclGetRecentErrMsg(), "aclnnFusedInferAttentionScoreV2") != NULL);
+    }
+    aclDestroyTensorList(kl);
+    if (list_size == 1) aclDestroyTensor(k[1]);
+    aclDestroyTensorList(vl);
+    aclDestroyTensor(q), aclDestroyTensor(out);
+    aclrtFree(buf);
+    return st;
+}
+
+static void test_errors(void) {
+    CHECK(try_phase1(ACL_FLOAT16, 8, 2, 64, "BSND", 0, 1, false) == ACLNN_SUCCESS);
+    CHECK(try_phase1(ACL_FLOAT16, 8, 2, 64, "SBH", 0, 1, false) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(try_phase1(ACL_FLOAT16, 8, 2, 64, NULL, 0, 1, false) == ACLNN_ERR_PARAM_NULLPTR);
+    CHECK(try_phase1(ACL_FLOAT, 8, 2, 64, "BSND", 0, 1, false) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(try_phase1(ACL_FLOAT16, 9, 4, 64, "BSND", 0, 1, false) == ACLNN_ERR_PARAM_INVALID); /* head ratio */
+    CHECK(try_phase1(ACL_FLOAT16, 8, 2, 40, "BSND", 0, 1, false) == ACLNN_ERR_PARAM_INVALID); /* D % 16 */
+    CHECK(try_phase1(ACL_FLOAT16, 8, 2, 64, "BSND", 2, 1, false) == ACLNN_ERR_PARAM_INVALID); /* sparseMode */
+    CHECK(try_phase1(ACL_FLOAT16, 8, 2, 64, "BSND", 0, 2, false) == ACLNN_ERR_PARAM_INVALID); /* list of 2 */
+    CHECK(try_phase1(ACL_FLOAT16, 8, 2, 64, "BSND", 0, 1, true) == ACLNN_ERR_PARAM_INVALID);  /* antiquant */
+    CHECK(try_phase1(ACL_BF16, 8, 2, 64, "BSND", 0, 1, false) == ACLNN_ERR_PARAM_INVALID);    /* q BF16, k F16 */
+}
+
+/* ---- bench -------------------------------------------------------------------------------------- */
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench_one(int64_t N, int64_t KVN, int64_t Sq, int64_t Skv, int64_t D, int reps) {
+    int64_t nq = N * Sq * D, nk = KVN * Skv * D;
+    uint16_t *h = malloc((size_t)(nq > nk ? nq : nk) * 2);
+    for (int64_t i = 0; i < (nq > nk ? nq : nk); i++) h[i] = f16(urand());
+    void *qd = dev_from(h, (size_t)nq * 2), *kd = dev_from(h, (size_t)nk * 2), *vd = dev_from(h, (size_t)nk * 2);
+    void *od = dev_alloc((size_t)nq * 2);
+    uint16_t *ph = malloc((size_t)(Sq * Skv) * 2);
+    for (int64_t i = 0; i < Sq; i++)
+        for (int64_t j = 0; j < Skv; j++) ph[i * Skv + j] = f16(j > i + Skv - Sq ? -INFINITY : 0.0f);
+    void *pd = dev_from(ph, (size_t)(Sq * Skv) * 2);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        int64_t qdims[4] = {1, Sq, N, D}, kdims[4] = {1, Skv, KVN, D}, pdims[4] = {1, N, Sq, Skv}, pst[4] = {0, 0, Skv, 1};
+        fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = 0.1, .layout = "BSND", .inner = Sq == 1 ? 0 : 2};
+        a.q = tensor(qdims, 4, ACL_FLOAT16, NULL, 0, qd), a.out = tensor(qdims, 4, ACL_FLOAT16, NULL, 0, od);
+        a.k = tensor(kdims, 4, ACL_FLOAT16, NULL, 0, kd), a.v = tensor(kdims, 4, ACL_FLOAT16, NULL, 0, vd);
+        a.pse = tensor(pdims, 4, ACL_FLOAT16, pst, 0, pd);
+        double t0 = now();
+        CHECK(fia(&a) == ACLNN_SUCCESS);
+        double t = now() - t0;
+        best = t < best ? t : best;
+        aclDestroyTensor(a.q), aclDestroyTensor(a.out), aclDestroyTensor(a.pse);
+    }
+    if (Sq == 1)
+        printf("  bench decode N=%lld/%lld Skv=%lld D=%lld: %.3f ms, %.1f GB/s of KV\n", (long long)N,
+               (long long)KVN, (long long)Skv, (long long)D, best * 1e3, 2.0 * (double)nk * 2 / best / 1e9);
+    else
+        printf("  bench prefill N=%lld/%lld Sq=%lld Skv=%lld D=%lld (causal): %.2f ms, %.1f GFLOPS (dense-equivalent "
+               "4*N*Sq*Skv*D), %.1f GFLOPS (unmasked half)\n",
+               (long long)N, (long long)KVN, (long long)Sq, (long long)Skv, (long long)D, best * 1e3,
+               4.0 * N * Sq * Skv * D / best / 1e9, 2.0 * N * Sq * Skv * D / best / 1e9);
+    aclrtFree(qd), aclrtFree(kd), aclrtFree(vd), aclrtFree(od), aclrtFree(pd);
+    free(h), free(ph);
+}
+
+static void bench(void) {
+    bench_one(32, 8, 1, 4096, 128, 10);
+    bench_one(9, 3, 1, 8192, 64, 10);
+    bench_one(32, 8, 512, 512, 128, 3);
+    bench_one(9, 3, 512, 512, 64, 3);
+}
+
+int main(int argc, char **argv) {
+    CHECK(aclInit(NULL) == ACL_SUCCESS);
+    CHECK(aclrtSetDevice(0) == ACL_SUCCESS);
+    CHECK(aclrtCreateStream(&stream) == ACL_SUCCESS);
+    if (argc == 3 && strcmp(argv[1], "--dump") == 0) {
+        dump(argv[2]);
+    } else {
+        test_against_reference();
+        test_fully_masked_rows_are_zero();
+        test_batch_invariance();
+        test_thread_count_invariance(argv[0]);
+        test_errors();
+        if (getenv("CT_BENCH")) bench();
+    }
+    CHECK(aclrtDestroyStream(stream) == ACL_SUCCESS);
+    CHECK(aclrtResetDevice(0) == ACL_SUCCESS);
+    CHECK(aclFinalize() == ACL_SUCCESS);
+    return CT_RESULT();
+}
