@@ -360,6 +360,11 @@ void ah_tensor_extent(const aclTensor *t, const char **first, size_t *size) {
         else
             lo += (t->dims[i] - 1) * t->strides[i];
     }
+    if (t->dtype == ACL_INT4) { /* two elements per byte; offsets and strides count nibbles */
+        *first = (const char *)((uintptr_t)t->data + (uintptr_t)(lo / 2));
+        *size = empty ? 0 : (size_t)(hi / 2 - lo / 2 + 1);
+        return;
+    }
     /* integer arithmetic: data may be NULL for an empty view */
     *first = (const char *)((uintptr_t)t->data + (uintptr_t)(lo * es));
     *size = empty ? 0 : (size_t)((hi - lo + 1) * es);

@@ -1,0 +1,291 @@
+/* gemm.c - the matmul micro-kernels (ah_gemm.h) for AVX-512, AVX2 + FMA and portable C, all
+ * computing the same fused multiply-add sequence per output element (gemm_kernel.inc). */
+#include <math.h>
+
+#include "ah_convert.h"
+#include "ah_gemm.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define AH_X86 1
+#include <immintrin.h>
+#endif
+
+/* ---- portable: 16 lanes in a struct --------------------------------------------------------- */
+typedef struct v16 {
+    float l[16];
+} v16;
+
+static inline v16 s_zero(void) {
+    v16 v = {{0}};
+    return v;
+}
+static inline v16 s_load(const float *p) {
+    v16 v;
+    for (int i = 0; i < 16; i++)
+        v.l[i] = p[i];
+    return v;
+}
+static inline void s_store(float *p, v16 v) {
+    for (int i = 0; i < 16; i++)
+        p[i] = v.l[i];
+}
+static inline v16 s_set1(float x) {
+    v16 v;
+    for (int i = 0; i < 16; i++)
+        v.l[i] = x;
+    return v;
+}
+static inline v16 s_fma(v16 a, v16 b, v16 c) {
+    for (int i = 0; i < 16; i++)
+        c.l[i] = fmaf(a.l[i], b.l[i], c.l[i]);
+    return c;
+}
+static inline v16 s_add(v16 a, v16 b) {
+    for (int i = 0; i < 16; i++)
+        a.l[i] += b.l[i];
+    return a;
+}
+static inline float s_reduce(v16 v) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            v.l[i] = v.l[i] + v.l[i + w];
+    return v.l[0];
+}
+static inline v16 s_i8(const int8_t *p) {
+    v16 v;
+    for (int i = 0; i < 16; i++)
+        v.l[i] = (float)p[i];
+    return v;
+}
+#define S_I4(p, lo, hi)                                                                       \
+    do {                                                                                      \
+        for (int i_ = 0; i_ < 16; i_++) {                                                     \
+            int8_t b_ = (p)[i_];                                                              \
+            (lo).l[i_] = (float)(int8_t)((uint8_t)b_ << 4) / 16.0f;                           \
+            (hi).l[i_] = (float)(b_ >> 4);                                                    \
+        }                                                                                     \
+    } while (0)
+
+#define SFX _scalar
+#define TGT
+#define VT v16
+#define MR 2
+#define NR 2
+#define QNR 2
+#define VZERO s_zero
+#define VLOAD s_load
+#define VSTORE s_store
+#define VSET1 s_set1
+#define VFMA s_fma
+#define VADD s_add
+#define VREDUCE s_reduce
+#define VI8 s_i8
+#define VI4 S_I4
+#include "gemm_kernel.inc"
+#undef SFX
+#undef TGT
+#undef VT
+#undef MR
+#undef NR
+#undef QNR
+#undef VZERO
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
+#undef VADD
+#undef VREDUCE
+#undef VI8
+#undef VI4
+
+#ifdef AH_X86
+/* ---- AVX2 + FMA: two 8-lane halves (lanes 0-7, 8-15) ------------------------------------------- */
+typedef struct v2x8 {
+    __m256 lo, hi;
+} v2x8;
+
+#define T2 __attribute__((target("avx2,fma")))
+static inline T2 v2x8 a2_zero(void) {
+    v2x8 v = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    return v;
+}
+static inline T2 v2x8 a2_load(const float *p) {
+    v2x8 v = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+    return v;
+}
+static inline T2 void a2_store(float *p, v2x8 v) {
+    _mm256_storeu_ps(p, v.lo);
+    _mm256_storeu_ps(p + 8, v.hi);
+}
+static inline T2 v2x8 a2_set1(float x) {
+    v2x8 v = {_mm256_set1_ps(x), _mm256_set1_ps(x)};
+    return v;
+}
+static inline T2 v2x8 a2_fma(v2x8 a, v2x8 b, v2x8 c) {
+    v2x8 v = {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+    return v;
+}
+static inline T2 v2x8 a2_add(v2x8 a, v2x8 b) {
+    v2x8 v = {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+    return v;
+}
+static inline T2 float a2_reduce(v2x8 v) {
+    __m256 r8 = _mm256_add_ps(v.lo, v.hi);
+    __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(r8), _mm256_extractf128_ps(r8, 1));
+    __m128 r2 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));
+    __m128 r1 = _mm_add_ss(r2, _mm_shuffle_ps(r2, r2, 1));
+    return _mm_cvtss_f32(r1);
+}
+static inline T2 __m256 a2_i8x8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+static inline T2 v2x8 a2_i8(const int8_t *p) {
+    v2x8 v = {a2_i8x8(p), a2_i8x8(p + 8)};
+    return v;
+}
+static inline T2 void a2_i4(const int8_t *p, v2x8 *lo, v2x8 *hi) {
+    __m256i b0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    __m256i b1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8)));
+    lo->lo = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(b0, 28), 28));
+    lo->hi = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(b1, 28), 28));
+    hi->lo = _mm256_cvtepi32_ps(_mm256_srai_epi32(b0, 4));
+    hi->hi = _mm256_cvtepi32_ps(_mm256_srai_epi32(b1, 4));
+}
+
+#define SFX _avx2
+#define TGT T2
+#define VT v2x8
+#define MR 2
+#define NR 2
+#define QNR 2
+#define VZERO a2_zero
+#define VLOAD a2_load
+#define VSTORE a2_store
+#define VSET1 a2_set1
+#define VFMA a2_fma
+#define VADD a2_add
+#define VREDUCE a2_reduce
+#define VI8 a2_i8
+#define VI4(p, lo, hi) a2_i4((p), &(lo), &(hi))
+#include "gemm_kernel.inc"
+#undef SFX
+#undef TGT
+#undef VT
+#undef MR
+#undef NR
+#undef QNR
+#undef VZERO
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
+#undef VADD
+#undef VREDUCE
+#undef VI8
+#undef VI4
+
+/* ---- AVX-512 ------------------------------------------------------------------------------------- */
+#define T5 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+static inline T5 __m512 a5_zero(void) { return _mm512_setzero_ps(); }
+static inline T5 __m512 a5_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline T5 void a5_store(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
+static inline T5 __m512 a5_set1(float x) { return _mm512_set1_ps(x); }
+static inline T5 __m512 a5_fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline T5 __m512 a5_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+static inline T5 float a5_reduce(__m512 v) {
+    __m256 r8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(r8), _mm256_extractf128_ps(r8, 1));
+    __m128 r2 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));
+    __m128 r1 = _mm_add_ss(r2, _mm_shuffle_ps(r2, r2, 1));
+    return _mm_cvtss_f32(r1);
+}
+static inline T5 __m512 a5_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+}
+static inline T5 void a5_i4(const int8_t *p, __m512 *lo, __m512 *hi) {
+    __m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    *lo = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(b, 28), 28));
+    *hi = _mm512_cvtepi32_ps(_mm512_srai_epi32(b, 4));
+}
+
+#define SFX _avx512
+#define TGT T5
+#define VT __m512
+#define MR 4
+#define NR 3
+#define QNR 4
+#define VZERO a5_zero
+#define VLOAD a5_load
+#define VSTORE a5_store
+#define VSET1 a5_set1
+#define VFMA a5_fma
+#define VADD a5_add
+#define VREDUCE a5_reduce
+#define VI8 a5_i8
+#define VI4(p, lo, hi) a5_i4((p), &(lo), &(hi))
+#include "gemm_kernel.inc"
+#undef SFX
+#undef TGT
+#undef VT
+#undef MR
+#undef NR
+#undef QNR
+#undef VZERO
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
+#undef VADD
+#undef VREDUCE
+#undef VI8
+#undef VI4
+
+/* AVX2 level without FMA (rare) falls back to the portable code. */
+static int isa_level(void) {
+    static int level = -1;
+    int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
+    if (l >= 0)
+        return l;
+    l = (int)ah_isa();
+    if (l >= AH_ISA_AVX2 && !__builtin_cpu_supports("fma"))
+        l = AH_ISA_SCALAR;
+    if (l == AH_ISA_AVX512 && !(__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                                __builtin_cpu_supports("avx512vl")))
+        l = AH_ISA_AVX2;
+    __atomic_store_n(&level, l, __ATOMIC_RELAXED);
+    return l;
+}
+#endif
+
+void ah_gemm_run_tile(const ah_gemm_tile *t) {
+#ifdef AH_X86
+    switch (isa_level()) {
+    case AH_ISA_AVX512: tile_run_avx512(t); return;
+    case AH_ISA_AVX2: tile_run_avx2(t); return;
+    default: break;
+    }
+#endif
+    tile_run_scalar(t);
+}
+
+void ah_gemm_run_quant(const ah_gemm_quant *q) {
+#ifdef AH_X86
+    switch (isa_level()) {
+    case AH_ISA_AVX512: quant_run_avx512(q); return;
+    case AH_ISA_AVX2: quant_run_avx2(q); return;
+    default: break;
+    }
+#endif
+    quant_run_scalar(q);
+}
+
+void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd) {
+#ifdef AH_X86
+    switch (isa_level()) {
+    case AH_ISA_AVX512: unpack_run_avx512(q, dst, ldd); return;
+    case AH_ISA_AVX2: unpack_run_avx2(q, dst, ldd); return;
+    default: break;
+    }
+#endif
+    unpack_run_scalar(q, dst, ldd);
+}

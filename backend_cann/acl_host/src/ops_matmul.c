@@ -1,0 +1,611 @@
+/* ops_matmul.c - aclnnMm, aclnnBatchMatMul, aclnnMatmul and aclnnWeightQuantBatchMatmulV2.
+ *
+ * Float products: both operands (any strides) are converted to F32 panels and multiplied in F32
+ * with fused multiply-adds (ah_gemm.h), one rounding to out's dtype at the end - what the cube
+ * unit does for F16 / BF16 (F32 accumulation). cubeMathType is validated; FP32 inputs compute in
+ * FP32 except USE_FP16 (2), which rounds them to F16 first as the hardware does.
+ * WeightQuantBatchMatmulV2: y = x @ ((weight + offset) * scale) (+ bias), INT8 / INT4 weights
+ * per-tensor, per-channel or per-group scales; decode-sized m streams the quantized weight once
+ * and dequantizes in registers, larger m dequantizes a tile of columns once and reuses it.
+ * Work is split over output columns (never over K); every output element follows one fixed
+ * sequence, so results do not depend on m, the other rows or the thread count.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ah_convert.h"
+#include "ah_gemm.h"
+#include "ah_nd.h"
+
+#define TRY(expr)                                                                             \
+    do {                                                                                      \
+        aclnnStatus st_ = (expr);                                                             \
+        if (st_ != ACLNN_SUCCESS)                                                             \
+            return st_;                                                                       \
+    } while (0)
+
+#define MM_MAX_BATCH 4
+#define FLOAT_DTYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Element i of a strided run in dt, as F32. */
+static inline float load_one(aclDataType dt, const char *base, int64_t i) {
+    switch (dt) {
+    case ACL_FLOAT16: return ah_f16_to_f32(((const uint16_t *)(const void *)base)[i]);
+    case ACL_BF16: return ah_bf16_to_f32(((const uint16_t *)(const void *)base)[i]);
+    default: return ((const float *)(const void *)base)[i];
+    }
+}
+
+/* n values of dt at base (element stride) -> dst F32. */
+static void load_f32(aclDataType dt, const char *base, int64_t stride, int64_t n, float *dst) {
+    if (stride == 1 && dt == ACL_FLOAT16) {
+        ah_f16_to_f32_row((const uint16_t *)(const void *)base, dst, n);
+    } else if (stride == 1 && dt == ACL_BF16) {
+        ah_bf16_to_f32_row((const uint16_t *)(const void *)base, dst, n);
+    } else if (stride == 1 && dt == ACL_FLOAT) {
+        memcpy(dst, base, (size_t)n * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = load_one(dt, base, i * stride);
+    }
+}
+
+static inline void store_one(aclDataType dt, char *base, int64_t i, float v) {
+    switch (dt) {
+    case ACL_FLOAT16: ((uint16_t *)(void *)base)[i] = ah_f32_to_f16(v); break;
+    case ACL_BF16: ((uint16_t *)(void *)base)[i] = ah_f32_to_bf16(v); break;
+    default: ((float *)(void *)base)[i] = v; break;
+    }
+}
+
+static char *tensor_base(const aclTensor *t) {
+    return (char *)t->data + t->offset * (int64_t)ah_dtype_size(t->dtype);
+}
+
+/* Columns per tile so that a tile of F32 columns stays around 192 KiB, a multiple of 6. */
+static int64_t tile_cols(int64_t kp) {
+    int64_t nt = (int64_t)(49152 / kp) / 6 * 6;
+    return nt < 6 ? 6 : nt > 96 ? 96 : nt;
+}
+
+/* ==== float products ================================================================================ */
+/* self (..., m, k) @ mat2 (..., k, n) -> out (..., m, n), batch dims broadcast (element strides,
+ * 0 where an operand is broadcast). */
+typedef struct mm_geo {
+    int64_t m, k, n;
+    int nbatch_dims;
+    int64_t batch[MM_MAX_BATCH];
+    int64_t sa[MM_MAX_BATCH], sb[MM_MAX_BATCH], sc[MM_MAX_BATCH];
+    int64_t a_rs, a_cs, b_rs, b_cs, c_rs, c_cs;
+} mm_geo;
+
+typedef struct mm_params {
+    int slot_a, slot_b, slot_out;
+    bool to_f16; /* USE_FP16 with FP32 inputs */
+    mm_geo geo;
+} mm_params;
+
+typedef struct mm_ctx {
+    const mm_params *p;
+    const aclTensor *a, *b, *out;
+    const float *apack; /* [nb][m][kp] */
+    int64_t kp, nt, ntiles, nb;
+} mm_ctx;
+
+static void batch_offsets(const mm_geo *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc) {
+    *oa = *ob = *oc = 0;
+    for (int d = g->nbatch_dims - 1; d >= 0; d--) {
+        int64_t i = bi % g->batch[d];
+        bi /= g->batch[d];
+        *oa += i * g->sa[d];
+        *ob += i * g->sb[d];
+        *oc += i * g->sc[d];
+    }
+}
+
+static void round_f16(float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        v[i] = ah_f16_to_f32(ah_f32_to_f16(v[i]));
+}
+
+static void mm_pack_a(void *vctx, int64_t begin, int64_t end) {
+    const mm_ctx *c = vctx;
+    const mm_geo *g = &c->p->geo;
+    size_t es = ah_dtype_size(c->a->dtype);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t bi = r / g->m, i = r % g->m, oa, ob, oc;
+        batch_offsets(g, bi, &oa, &ob, &oc);
+        float *dst = (float *)c->apack + r * c->kp;
+        load_f32(c->a->dtype, tensor_base(c->a) + (oa + i * g->a_rs) * (int64_t)es, g->a_cs, g->k, dst);
+        memset(dst + g->k, 0, (size_t)(c->kp - g->k) * sizeof(float));
+        if (c->p->to_f16)
+            round_f16(dst, g->k);
+    }
+}
+
+static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
+    const mm_ctx *c = vctx;
+    const mm_geo *g = &c->p->geo;
+    float *bt = malloc((size_t)(c->nt * c->kp + g->m * c->nt) * sizeof(float));
+    if (!bt)
+        return; /* reported by the caller through the sentinel below */
+    float *ct = bt + c->nt * c->kp;
+    size_t bes = ah_dtype_size(c->b->dtype), oes = ah_dtype_size(c->out->dtype);
+    for (int64_t w = begin; w < end; w++) {
+        int64_t bi = w / c->ntiles, j0 = (w % c->ntiles) * c->nt, oa, ob, oc;
+        int64_t nn = g->n - j0 < c->nt ? g->n - j0 : c->nt;
+        batch_offsets(g, bi, &oa, &ob, &oc);
+        for (int64_t j = 0; j < nn; j++) {
+            float *col = bt + j * c->kp;
+            load_f32(c->b->dtype, tensor_base(c->b) + (ob + (j0 + j) * g->b_cs) * (int64_t)bes, g->b_rs, g->k, col);
+            memset(col + g->k, 0, (size_t)(c->kp - g->k) * sizeof(float));
+            if (c->p->to_f16)
+                round_f16(col, g->k);
+        }
+        ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp, .group = c->kp,
+                          .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
+                          .b = bt, .ldb = c->kp, .scales = NULL, .lds = 0, .c = ct, .ldc = c->nt};
+        ah_gemm_run_tile(&t);
+        char *out = tensor_base(c->out) + oc * (int64_t)oes;
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < nn; j++)
+                store_one(c->out->dtype, out, i * g->c_rs + (j0 + j) * g->c_cs, ct[i * c->nt + j]);
+    }
+    free(bt);
+}
+
+static aclError mm_run(const aclOpExecutor *ex, void *workspace) {
+    (void)workspace;
+    const mm_params *p = AH_EXEC_PARAMS(ex, const mm_params);
+    const mm_geo *g = &p->geo;
+    mm_ctx c = {.p = p, .a = &ex->tensors[p->slot_a], .b = &ex->tensors[p->slot_b], .out = &ex->tensors[p->slot_out]};
+    c.nb = 1;
+    for (int d = 0; d < g->nbatch_dims; d++)
+        c.nb *= g->batch[d];
+    if (c.nb == 0 || g->m == 0 || g->n == 0)
+        return ACL_SUCCESS;
+    if (g->k == 0) { /* empty sum */
+        char *out = tensor_base(c.out);
+        for (int64_t bi = 0; bi < c.nb; bi++) {
+            int64_t oa, ob, oc;
+            batch_offsets(g, bi, &oa, &ob, &oc);
+            for (int64_t i = 0; i < g->m; i++)
+                for (int64_t j = 0; j < g->n; j++)
+                    store_one(c.out->dtype, out, oc + i * g->c_rs + j * g->c_cs, 0.0f);
+        }
+        return ACL_SUCCESS;
+    }
+    c.kp = round_up(g->k, AH_GEMM_KALIGN);
+    c.nt = tile_cols(c.kp);
+    c.ntiles = (g->n + c.nt - 1) / c.nt;
+    float *apack = malloc((size_t)(c.nb * g->m * c.kp) * sizeof(float));
+    if (!apack)
+        return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
+    c.apack = apack;
+    ah_parallel_for(c.nb * g->m, 64, mm_pack_a, &c);
+    ah_parallel_for(c.nb * c.ntiles, 1, mm_tiles, &c);
+    free(apack);
+    return ACL_SUCCESS;
+}
+
+/* Shared phase 1. kind: 0 Mm (2-D), 1 BatchMatMul (3-D), 2 Matmul (1..6-D, torch.matmul). */
+static aclnnStatus mm_prepare(const char *op, int kind, const aclTensor *self, const aclTensor *mat2,
+                              aclTensor *out, int8_t cubeMathType, uint64_t *workspaceSize,
+                              aclOpExecutor **executor) {
+    int lo = kind == 0 ? 2 : kind == 1 ? 3 : 1, hi = kind == 0 ? 2 : kind == 1 ? 3 : 6;
+    TRY(ah_check_tensor(op, "self", self, FLOAT_DTYPES, lo, hi));
+    TRY(ah_check_tensor(op, "mat2", mat2, FLOAT_DTYPES, lo, hi));
+    TRY(ah_check_tensor(op, "out", out, FLOAT_DTYPES, kind == 2 ? 0 : lo, hi));
+    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    if (cubeMathType < 0 || cubeMathType > 3)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: cubeMathType %d is not one of 0..3", op, cubeMathType);
+    bool a_bf = self->dtype == ACL_BF16, b_bf = mat2->dtype == ACL_BF16;
+    if (a_bf != b_bf)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: self (%s) and mat2 (%s) do not promote (BFLOAT16 only with BFLOAT16)",
+                        op, ah_dtype_name(self->dtype), ah_dtype_name(mat2->dtype));
+    aclDataType promoted = ah_promote_types(self->dtype, mat2->dtype);
+    if (out->dtype != promoted)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out has dtype %s, expected the promoted dtype %s", op,
+                        ah_dtype_name(out->dtype), ah_dtype_name(promoted));
+    if (cubeMathType == 2 && a_bf)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: cubeMathType USE_FP16 (2) is not valid with BFLOAT16 inputs", op);
+    if (cubeMathType == 3 && promoted != ACL_FLOAT)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: cubeMathType USE_HF32 (3) needs FLOAT inputs", op);
+    if (!ah_tensor_is_contiguous(out))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out must be contiguous", op);
+
+    mm_geo g;
+    memset(&g, 0, sizeof g);
+    /* self as (batch..., m, k); a 1-D self is (1, k) with m dropped from out */
+    int an = self->ndim, bn = mat2->ndim;
+    const int64_t *ad = self->dims, *as = self->strides, *bd = mat2->dims, *bs = mat2->strides;
+    int64_t k_a = ad[an - 1], k_b = bn == 1 ? bd[0] : bd[bn - 2];
+    g.m = an == 1 ? 1 : ad[an - 2];
+    g.k = k_a;
+    g.n = bn == 1 ? 1 : bd[bn - 1];
+    g.a_cs = as[an - 1];
+    g.a_rs = an == 1 ? 0 : as[an - 2];
+    g.b_rs = bn == 1 ? bs[0] : bs[bn - 2];
+    g.b_cs = bn == 1 ? 0 : bs[bn - 1];
+    char s1[256], s2[256];
+    if (k_a != k_b)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: self %s and mat2 %s: inner dimensions differ", op,
+                        ah_shape_str(s1, sizeof s1, ad, an), ah_shape_str(s2, sizeof s2, bd, bn));
+    int a_bdims = an > 2 ? an - 2 : 0, b_bdims = bn > 2 ? bn - 2 : 0;
+    int nbd = a_bdims > b_bdims ? a_bdims : b_bdims;
+    if (nbd > MM_MAX_BATCH)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: more than %d batch dims", op, MM_MAX_BATCH);
+    int64_t odims[8];
+    int on = 0;
+    for (int i = 0; i < nbd; i++) { /* aligned from the right */
+        int ia = i - (nbd - a_bdims), ib = i - (nbd - b_bdims);
+        int64_t da = ia >= 0 ? ad[ia] : 1, db = ib >= 0 ? bd[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: batch dims of self %s and mat2 %s do not broadcast", op,
+                            ah_shape_str(s1, sizeof s1, ad, an), ah_shape_str(s2, sizeof s2, bd, bn));
+        if (kind == 1 && da != db && da != 1 && db != 1)
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: batch sizes differ", op);
+        g.batch[i] = da == 1 ? db : da;
+        g.sa[i] = ia >= 0 && da != 1 ? as[ia] : 0;
+        g.sb[i] = ib >= 0 && db != 1 ? bs[ib] : 0;
+        odims[on++] = g.batch[i];
+    }
+    g.nbatch_dims = nbd;
+    if (an > 1 || kind != 2)
+        odims[on++] = g.m;
+    if (bn > 1 || kind != 2)
+        odims[on++] = g.n;
+    TRY(ah_check_shape(op, "out", out, odims, on, "the product's shape"));
+    /* out is contiguous: its strides follow from the product shape */
+    int64_t step = 1;
+    if (bn > 1 || kind != 2) {
+        g.c_cs = 1;
+        step = g.n;
+    }
+    if (an > 1 || kind != 2) {
+        g.c_rs = step;
+        step *= g.m;
+    }
+    for (int i = nbd - 1; i >= 0; i--) {
+        g.sc[i] = step;
+        step *= g.batch[i];
+    }
+    aclOpExecutor *ex = ah_executor_new(op, mm_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    mm_params *p = AH_EXEC_PARAMS(ex, mm_params);
+    p->geo = g;
+    p->to_f16 = cubeMathType == 2 && promoted == ACL_FLOAT;
+    p->slot_a = ah_executor_add_tensor(ex, "self", self, AH_IN);
+    p->slot_b = ah_executor_add_tensor(ex, "mat2", mat2, AH_IN);
+    p->slot_out = ah_executor_add_tensor(ex, "out", out, AH_OUT);
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnMmGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out,
+                                           int8_t cubeMathType, uint64_t *workspaceSize,
+                                           aclOpExecutor **executor) {
+    return mm_prepare("aclnnMm", 0, self, mat2, out, cubeMathType, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnMm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnMm");
+}
+
+AH_API aclnnStatus aclnnBatchMatMulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out,
+                                                    int8_t cubeMathType, uint64_t *workspaceSize,
+                                                    aclOpExecutor **executor) {
+    return mm_prepare("aclnnBatchMatMul", 1, self, mat2, out, cubeMathType, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnBatchMatMul(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                    aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnBatchMatMul");
+}
+
+AH_API aclnnStatus aclnnMatmulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out,
+                                               int8_t cubeMathType, uint64_t *workspaceSize,
+                                               aclOpExecutor **executor) {
+    return mm_prepare("aclnnMatmul", 2, self, mat2, out, cubeMathType, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnMatmul(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                               aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnMatmul");
+}
+
+/* ==== WeightQuantBatchMatmulV2 ======================================================================== */
+typedef enum { SCALE_TENSOR, SCALE_CHANNEL, SCALE_GROUP } scale_mode;
+
+typedef struct wq_params {
+    int slot_x, slot_w, slot_scale, slot_offset, slot_bias, slot_y; /* -1: absent */
+    int64_t m, k, n, group;   /* group: elements per scale group (k for per-tensor / channel) */
+    scale_mode mode;
+    bool int4, w_transposed, x_transposed;
+} wq_params;
+
+typedef struct wq_ctx {
+    const wq_params *p;
+    const aclTensor *x, *w, *scale, *offset, *bias, *y;
+    const float *apack; /* [m][kp] */
+    int64_t kp, ngroups, gsize, nt, ntiles;
+    volatile int failed;
+} wq_ctx;
+
+/* Scale / offset value of (group g, column j) as F32. */
+static float wq_param_at(const wq_ctx *c, const aclTensor *t, int64_t g, int64_t j) {
+    const char *base = tensor_base(t);
+    int64_t idx;
+    if (c->p->mode == SCALE_TENSOR)
+        idx = 0;
+    else if (c->p->mode == SCALE_CHANNEL)
+        idx = j * t->strides[t->ndim - 1];
+    else
+        idx = g * t->strides[0] + j * t->strides[1];
+    return load_one(t->dtype, base, idx);
+}
+
+/* Scales or offsets of columns [j0, j0 + nn) as F32 [nn][ngroups]. */
+static void wq_gather_params(const wq_ctx *c, const aclTensor *t, int64_t j0, int64_t nn, float *dst) {
+    if (c->p->mode == SCALE_GROUP) {
+        size_t es = ah_dtype_size(t->dtype);
+        for (int64_t j = 0; j < nn; j++)
+            load_f32(t->dtype, tensor_base(t) + (j0 + j) * t->strides[1] * (int64_t)es, t->strides[0], c->ngroups,
+                     dst + j * c->ngroups);
+    } else {
+        for (int64_t j = 0; j < nn; j++)
+            dst[j] = wq_param_at(c, t, 0, j0 + j);
+    }
+}
+
+/* int4 element e of the weight at element index idx (two per byte, low nibble first). */
+static inline int8_t int4_at(const char *base, int64_t idx) {
+    uint8_t b = (uint8_t)base[idx >> 1];
+    return (int8_t)((idx & 1) ? (int8_t)b >> 4 : (int8_t)(uint8_t)(b << 4) >> 4);
+}
+
+static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
+    wq_ctx *c = vctx;
+    const wq_params *p = c->p;
+    int64_t nt = c->nt, kp = c->kp;
+    /* per tile: scales and offsets [nt][ngroups], a packed copy of the quants when the columns are
+     * not directly usable, and the F32 tile / outputs for the blocked path */
+    size_t qbytes = (size_t)(p->int4 ? kp / 2 : kp);
+    bool direct_cols = p->w_transposed && p->k % AH_GEMM_KALIGN == 0;
+    bool blocked = p->m > 3;
+    size_t need = (size_t)(2 * nt * c->ngroups) * sizeof(float) + (direct_cols ? 0 : nt * qbytes) +
+                  (blocked ? (size_t)(nt * kp) * sizeof(float) : 0) + (size_t)(p->m * nt) * sizeof(float);
+    char *mem = malloc(need);
+    if (!mem) {
+        c->failed = 1;
+        return;
+    }
+    float *sc = (float *)(void *)mem, *of = sc + nt * c->ngroups;
+    float *ct = of + nt * c->ngroups;
+    float *ft = ct + p->m * nt;
+    int8_t *qt = (int8_t *)(void *)(ft + (blocked ? nt * kp : 0));
+    const char *wbase = (const char *)c->w->data; /* int4 offsets count nibbles */
+    int64_t w_off = c->w->offset;
+    int64_t ws0 = c->w->strides[0], ws1 = c->w->strides[1]; /* along k, along n */
+    for (int64_t tile = begin; tile < end; tile++) {
+        int64_t j0 = tile * nt, nn = p->n - j0 < nt ? p->n - j0 : nt;
+        wq_gather_params(c, c->scale, j0, nn, sc);
+        if (c->offset)
+            wq_gather_params(c, c->offset, j0, nn, of);
+        const int8_t *wq;
+        int64_t ldw;
+        if (direct_cols) {
+            int64_t e = w_off + j0 * ws1; /* element index of column j0, row 0 */
+            wq = (const int8_t *)(const void *)(wbase + (p->int4 ? e / 2 : e));
+            ldw = p->int4 ? ws1 / 2 : ws1;
+        } else { /* gather column j into natural order, zero padded */
+            memset(qt, 0, (size_t)nn * qbytes);
+            for (int64_t j = 0; j < nn; j++) {
+                int8_t *dst = qt + j * (int64_t)qbytes;
+                for (int64_t kk = 0; kk < p->k; kk++) {
+                    int64_t e = w_off + kk * ws0 + (j0 + j) * ws1;
+                    if (p->int4) {
+                        uint8_t v = (uint8_t)int4_at(wbase, e) & 0xf;
+                        dst[kk / 2] = (int8_t)((uint8_t)dst[kk / 2] | (kk & 1 ? v << 4 : v));
+                    } else {
+                        dst[kk] = ((const int8_t *)(const void *)wbase)[e];
+                    }
+                }
+            }
+            wq = qt;
+            ldw = (int64_t)qbytes;
+        }
+        ah_gemm_quant q = {.m = p->m, .n = nn, .kp = kp, .group = c->gsize, .a = c->apack, .lda = kp,
+                           .w = wq, .ldw = ldw, .int4 = p->int4, .scales = sc,
+                           .offsets = c->offset ? of : NULL, .lds = c->ngroups, .c = ct, .ldc = nt};
+        if (!blocked) {
+            ah_gemm_run_quant(&q);
+        } else {
+            ah_gemm_unpack_quant(&q, ft, kp);
+            ah_gemm_tile t = {.m = p->m, .n = nn, .kp = kp, .group = c->gsize, .a = c->apack, .lda = kp,
+                              .b = ft, .ldb = kp, .scales = sc, .lds = c->ngroups, .c = ct, .ldc = nt};
+            ah_gemm_run_tile(&t);
+        }
+        char *y = tensor_base(c->y);
+        int64_t ys0 = c->y->strides[0], ys1 = c->y->strides[1];
+        for (int64_t j = 0; j < nn; j++) {
+            float bias = 0.0f;
+            if (c->bias)
+                bias = load_one(c->bias->dtype, tensor_base(c->bias), (j0 + j) * c->bias->strides[c->bias->ndim - 1]);
+            for (int64_t i = 0; i < p->m; i++) {
+                float v = ct[i * nt + j];
+                if (c->bias)
+                    v += bias;
+                store_one(c->y->dtype, y, i * ys0 + (j0 + j) * ys1, v);
+            }
+        }
+    }
+    free(mem);
+}
+
+/* x rows as F32 [m][kp], zero padded; for INT4 weights each 32-block is reordered even elements
+ * first, then odd ones (the order the INT4 kernels read nibbles in). */
+static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
+    const wq_ctx *c = vctx;
+    const wq_params *p = c->p;
+    float row[AH_GEMM_KALIGN];
+    for (int64_t i = begin; i < end; i++) {
+        float *dst = (float *)c->apack + i * c->kp;
+        const char *base = tensor_base(c->x);
+        int64_t rs = c->x->strides[0], cs = c->x->strides[1];
+        size_t es = ah_dtype_size(c->x->dtype);
+        load_f32(c->x->dtype, base + i * rs * (int64_t)es, cs, p->k, dst);
+        memset(dst + p->k, 0, (size_t)(c->kp - p->k) * sizeof(float));
+        if (p->int4)
+            for (int64_t k0 = 0; k0 < c->kp; k0 += AH_GEMM_KALIGN) {
+                memcpy(row, dst + k0, sizeof row);
+                for (int e = 0; e < 16; e++) {
+                    dst[k0 + e] = row[2 * e];
+                    dst[k0 + 16 + e] = row[2 * e + 1];
+                }
+            }
+    }
+}
+
+static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
+    (void)workspace;
+    const wq_params *p = AH_EXEC_PARAMS(ex, const wq_params);
+    wq_ctx c = {.p = p, .x = &ex->tensors[p->slot_x], .w = &ex->tensors[p->slot_w],
+                .scale = &ex->tensors[p->slot_scale],
+                .offset = p->slot_offset >= 0 ? &ex->tensors[p->slot_offset] : NULL,
+                .bias = p->slot_bias >= 0 ? &ex->tensors[p->slot_bias] : NULL, .y = &ex->tensors[p->slot_y]};
+    if (p->m == 0 || p->n == 0)
+        return ACL_SUCCESS;
+    c.kp = round_up(p->k, AH_GEMM_KALIGN);
+    c.gsize = p->mode == SCALE_GROUP ? p->group : c.kp;
+    c.ngroups = p->mode == SCALE_GROUP ? (p->k + p->group - 1) / p->group : 1;
+    c.nt = p->m > 3 ? tile_cols(c.kp) : 16;
+    c.ntiles = (p->n + c.nt - 1) / c.nt;
+    float *apack = malloc((size_t)(p->m * c.kp) * sizeof(float));
+    if (!apack)
+        return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
+    c.apack = apack;
+    ah_parallel_for(p->m, 64, wq_pack_x, &c);
+    ah_parallel_for(c.ntiles, 1, wq_tiles, &c);
+    free(apack);
+    if (c.failed)
+        return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
+    return ACL_SUCCESS;
+}
+
+static bool is_transposed_2d(const aclTensor *t) {
+    return t->ndim == 2 && (t->dims[0] == 1 || t->strides[0] == 1) && (t->dims[1] == 1 || t->strides[1] == t->dims[0]);
+}
+
+/* The scale / offset shape for the mode (per-tensor (1,) (1,1), per-channel (n,) (1,n),
+ * per-group (ceil(k/G), n)). */
+static aclnnStatus wq_check_param(const char *op, const char *name, const aclTensor *t, int64_t k, int64_t n,
+                                  int group, scale_mode *mode) {
+    char s[256];
+    int64_t d0 = t->ndim == 2 ? t->dims[0] : 1, d1 = t->dims[t->ndim - 1];
+    if (group == 0) {
+        if (d0 == 1 && d1 == 1) {
+            *mode = SCALE_TENSOR;
+            return ACLNN_SUCCESS;
+        }
+        if (d0 == 1 && d1 == n) {
+            *mode = SCALE_CHANNEL;
+            return ACLNN_SUCCESS;
+        }
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s has shape %s; with antiquantGroupSize 0 it must be (1,), (1,1), (n,) or (1,n) with n = %lld",
+                        op, name, ah_shape_str(s, sizeof s, t->dims, t->ndim), (long long)n);
+    }
+    int64_t ng = (k + group - 1) / group;
+    if (t->ndim == 2 && d0 == ng && d1 == n) {
+        *mode = SCALE_GROUP;
+        return ACLNN_SUCCESS;
+    }
+    return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected (%lld, %lld) for group size %d", op,
+                    name, ah_shape_str(s, sizeof s, t->dims, t->ndim), (long long)ng, (long long)n, group);
+}
+
+AH_API aclnnStatus aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(
+    const aclTensor *x, const aclTensor *weight, const aclTensor *antiquantScale,
+    const aclTensor *antiquantOffsetOptional, const aclTensor *quantScaleOptional, const aclTensor *quantOffsetOptional,
+    const aclTensor *biasOptional, int antiquantGroupSize, const aclTensor *y, uint64_t *workspaceSize,
+    aclOpExecutor **executor) {
+    const char *op = "aclnnWeightQuantBatchMatmulV2";
+    uint64_t half = AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16);
+    TRY(ah_check_tensor(op, "x", x, half, 2, 2));
+    TRY(ah_check_tensor(op, "weight", weight, AH_DTYPE_BIT(ACL_INT8) | AH_DTYPE_BIT(ACL_INT4) | AH_DTYPE_BIT(ACL_INT32), 2, 2));
+    TRY(ah_check_tensor(op, "antiquantScale", antiquantScale, AH_DTYPES_REAL, 1, 2));
+    TRY(ah_check_tensor(op, "y", y, AH_DTYPES_REAL, 2, 2));
+    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    if (weight->dtype == ACL_INT32)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: weight: INT32-packed int4 is not implemented by acl_host", op);
+    if (quantScaleOptional || quantOffsetOptional)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: quantScaleOptional / quantOffsetOptional (int8 output) are not implemented by acl_host", op);
+    int64_t m = x->dims[0], k = x->dims[1], n = weight->dims[1];
+    char s1[256], s2[256];
+    if (weight->dims[0] != k)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: x %s and weight %s: k differs", op,
+                        ah_shape_str(s1, sizeof s1, x->dims, 2), ah_shape_str(s2, sizeof s2, weight->dims, 2));
+    bool x_t = !ah_tensor_is_contiguous(x);
+    if (x_t && !is_transposed_2d(x))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: x is non-contiguous and not a transposed view", op);
+    if (x_t && m > 65535)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: a transposed x allows m <= 65535, got %lld", op, (long long)m);
+    bool w_t = !ah_tensor_is_contiguous(weight);
+    if (w_t && !is_transposed_2d(weight))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: weight is non-contiguous and not a transposed view (k, n) with strides (1, k)", op);
+    bool int4 = weight->dtype == ACL_INT4;
+    if (int4 && ((w_t ? k : n) % 2 != 0 || weight->offset % 2 != 0))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: an INT4 weight needs an even innermost dimension and offset", op);
+    if (antiquantScale->dtype != x->dtype)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantScale has dtype %s, expected x's %s (UINT64/INT64 scales are not implemented by acl_host)",
+                        op, ah_dtype_name(antiquantScale->dtype), ah_dtype_name(x->dtype));
+    if (antiquantGroupSize != 0 && (antiquantGroupSize % 32 != 0 || antiquantGroupSize < 32 || antiquantGroupSize > k - 1))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantGroupSize %d must be 0 or a multiple of 32 in [32, k-1] (k = %lld)",
+                        op, antiquantGroupSize, (long long)k);
+    scale_mode mode = SCALE_TENSOR;
+    TRY(wq_check_param(op, "antiquantScale", antiquantScale, k, n, antiquantGroupSize, &mode));
+    if (antiquantOffsetOptional) {
+        TRY(ah_check_tensor(op, "antiquantOffsetOptional", antiquantOffsetOptional, half, 1, 2));
+        if (antiquantOffsetOptional->dtype != antiquantScale->dtype)
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantOffsetOptional dtype %s differs from antiquantScale's", op,
+                            ah_dtype_name(antiquantOffsetOptional->dtype));
+        TRY(ah_check_shape(op, "antiquantOffsetOptional", antiquantOffsetOptional, antiquantScale->dims,
+                           antiquantScale->ndim, "antiquantScale's shape"));
+    }
+    if (biasOptional) {
+        aclDataType bt = x->dtype == ACL_FLOAT16 ? ACL_FLOAT16 : ACL_FLOAT;
+        TRY(ah_check_tensor(op, "biasOptional", biasOptional, AH_DTYPE_BIT(bt), 1, 2));
+        if (biasOptional->dims[biasOptional->ndim - 1] != n || (biasOptional->ndim == 2 && biasOptional->dims[0] != 1))
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: biasOptional must have shape (n,) or (1, n) with n = %lld", op,
+                            (long long)n);
+    }
+    if (y->dtype != x->dtype)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: y has dtype %s, expected x's %s", op, ah_dtype_name(y->dtype),
+                        ah_dtype_name(x->dtype));
+    int64_t ydims[2] = {m, n};
+    TRY(ah_check_shape(op, "y", y, ydims, 2, "(m, n)"));
+    aclOpExecutor *ex = ah_executor_new(op, wq_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    wq_params *p = AH_EXEC_PARAMS(ex, wq_params);
+    p->m = m, p->k = k, p->n = n, p->group = antiquantGroupSize, p->mode = mode;
+    p->int4 = int4, p->w_transposed = w_t || n == 1, p->x_transposed = x_t;
+    p->slot_x = ah_executor_add_tensor(ex, "x", x, AH_IN);
+    p->slot_w = ah_executor_add_tensor(ex, "weight", weight, AH_IN);
+    p->slot_scale = ah_executor_add_tensor(ex, "antiquantScale", antiquantScale, AH_IN);
+    p->slot_offset = antiquantOffsetOptional
+                         ? ah_executor_add_tensor(ex, "antiquantOffsetOptional", antiquantOffsetOptional, AH_IN)
+                         : -1;
+    p->slot_bias = biasOptional ? ah_executor_add_tensor(ex, "biasOptional", biasOptional, AH_IN) : -1;
+    p->slot_y = ah_executor_add_tensor(ex, "y", y, AH_OUT);
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnWeightQuantBatchMatmulV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                                 aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnWeightQuantBatchMatmulV2");
+}

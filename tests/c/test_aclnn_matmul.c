@@ -1,0 +1,550 @@
+/* test_aclnn_matmul.c - acl_host's matmul and gather ops through the CANN API: Mm / BatchMatMul /
+ * Matmul and WeightQuantBatchMatmulV2 against a double-precision reference (INT4 / INT8, group /
+ * channel scales, offsets, transposed views, bias), batch invariance (a row of an m=64 product is
+ * bit-identical to the same row computed at m=1 and m=7, and with 1 vs 2 threads: the test re-runs
+ * itself with CANN_LLM_THREADS set), IndexSelect / GatherV2 / RemainderTensorScalar, error codes.
+ * CT_BENCH=1 prints decode GB/s and prefill GFLOPS for Q4_0-shaped weights.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "acl/acl.h"
+#include "cann/aclnn_api.h"
+#include "ctest_util.h"
+
+extern char **environ;
+static aclrtStream stream;
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CHECK(aclrtMalloc(&p, bytes ? bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+    return p;
+}
+static void *dev_from(const void *host, size_t bytes) {
+    void *p = dev_alloc(bytes);
+    CHECK(aclrtMemcpy(p, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+    return p;
+}
+static void to_host(void *host, const void *dev, size_t bytes) {
+    CHECK(aclrtMemcpy(host, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
+}
+static aclTensor *tensor(const int64_t *dims, int nd, aclDataType dt, const int64_t *strides, void *data) {
+    int64_t contiguous[8], extent = 1;
+    if (!strides) {
+        int64_t step = 1;
+        for (int i = nd - 1; i >= 0; i--) {
+            contiguous[i] = step;
+            step *= dims[i];
+        }
+        strides = contiguous;
+    }
+    for (int i = 0; i < nd; i++)
+        extent += (dims[i] - 1) * strides[i];
+    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, 0, ACL_FORMAT_ND, &extent, 1, data);
+}
+static uint16_t f16(float f) { return aclFloatToFloat16(f); }
+static float from_f16(uint16_t h) { return aclFloat16ToFloat(h); }
+static float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+static uint64_t rng = 88172645463325252ull;
+static double urand(void) { /* [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+static int irand(int n) { return (int)((urand() + 1.0) * 0.5 * n) % n; }
+
+static int sync_ok(void) { return aclrtSynchronizeStream(stream) == ACL_SUCCESS; }
+
+/* ---- WeightQuantBatchMatmulV2 --------------------------------------------------------------------- */
+typedef struct wq_case {
+    int64_t m, k, n;
+    int int4, group, offset, transposed, bias; /* group 0: per-channel */
+} wq_case;
+
+typedef struct wq_data {
+    wq_case c;
+    int8_t *w;        /* n x k values (row-major by output column), or k x n when !transposed */
+    uint16_t *scale;  /* (ng, n) stored transposed: [n][ng] when transposed, else [ng][n] */
+    uint16_t *off;
+    uint16_t *bias;
+    int64_t ng;
+    void *d_w, *d_s, *d_o, *d_b;
+} wq_data;
+
+static void wq_make(wq_data *d, wq_case c) {
+    memset(d, 0, sizeof *d);
+    d->c = c;
+    d->ng = c.group ? (c.k + c.group - 1) / c.group : 1;
+    d->w = malloc((size_t)(c.n * c.k));
+    d->scale = malloc((size_t)(d->ng * c.n) * 2);
+    d->off = malloc((size_t)(d->ng * c.n) * 2);
+    d->bias = malloc((size_t)c.n * 2);
+    for (int64_t i = 0; i < c.n * c.k; i++)
+        d->w[i] = (int8_t)(c.int4 ? irand(16) - 8 : irand(256) - 128);
+    for (int64_t i = 0; i < d->ng * c.n; i++) {
+        d->scale[i] = f16((float)(0.01 + 0.02 * fabs(urand())));
+        d->off[i] = f16((float)(urand() * 4));
+    }
+    for (int64_t i = 0; i < c.n; i++)
+        d->bias[i] = f16((float)urand());
+    size_t wbytes = (size_t)(c.int4 ? c.n * c.k / 2 : c.n * c.k);
+    uint8_t *packed = calloc(wbytes, 1);
+    for (int64_t i = 0; i < c.n * c.k; i++) {
+        if (c.int4)
+            packed[i / 2] |= (uint8_t)((d->w[i] & 0xf) << (i & 1 ? 4 : 0));
+        else
+            packed[i] = (uint8_t)d->w[i];
+    }
+    d->d_w = dev_from(packed, wbytes);
+    free(packed);
+    d->d_s = dev_from(d->scale, (size_t)(d->ng * c.n) * 2);
+    d->d_o = dev_from(d->off, (size_t)(d->ng * c.n) * 2);
+    d->d_b = dev_from(d->bias, (size_t)c.n * 2);
+}
+
+static void wq_free(wq_data *d) {
+    aclrtFree(d->d_w), aclrtFree(d->d_s), aclrtFree(d->d_o), aclrtFree(d->d_b);
+    free(d->w), free(d->scale), free(d->off), free(d->bias);
+}
+
+/* weight value (k index kk, column j) and its group parameter index */
+static int wq_w(const wq_data *d, int64_t kk, int64_t j) {
+    return d->c.transposed ? d->w[j * d->c.k + kk] : d->w[kk * d->c.n + j];
+}
+static int64_t wq_p(const wq_data *d, int64_t g, int64_t j) {
+    return d->c.transposed ? j * d->ng + g : g * d->c.n + j;
+}
+
+/* Runs y = x @ W for x (m, k) F16 (host), y F16 into out. Returns the aclnn status of phase 1. */
+static int wq_run(const wq_data *d, const uint16_t *x, int64_t m, uint16_t *out) {
+    const wq_case *c = &d->c;
+    void *dx = dev_from(x, (size_t)(m * c->k) * 2), *dy = dev_alloc((size_t)(m * c->n) * 2);
+    int64_t xd[2] = {m, c->k}, wd[2] = {c->k, c->n}, yd[2] = {m, c->n};
+    int64_t wst[2] = {1, c->k}, sd[2] = {d->ng, c->n}, sst[2] = {1, d->ng};
+    aclTensor *tx = tensor(xd, 2, ACL_FLOAT16, NULL, dx);
+    aclTensor *tw = tensor(wd, 2, c->int4 ? ACL_INT4 : ACL_INT8, c->transposed ? wst : NULL, d->d_w);
+    aclTensor *ts, *to = NULL, *tb = NULL;
+    if (c->group)
+        ts = tensor(sd, 2, ACL_FLOAT16, c->transposed ? sst : NULL, d->d_s);
+    else
+        ts = tensor(&c->n, 1, ACL_FLOAT16, NULL, d->d_s);
+    if (c->offset)
+        to = c->group ? tensor(sd, 2, ACL_FLOAT16, c->transposed ? sst : NULL, d->d_o)
+                      : tensor(&c->n, 1, ACL_FLOAT16, NULL, d->d_o);
+    if (c->bias)
+        tb = tensor(&c->n, 1, ACL_FLOAT16, NULL, d->d_b);
+    aclTensor *ty = tensor(yd, 2, ACL_FLOAT16, NULL, dy);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    int st = aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(tx, tw, ts, to, NULL, NULL, tb, c->group, ty, &ws, &ex);
+    if (st == 0) {
+        CHECK(aclnnWeightQuantBatchMatmulV2(NULL, 0, ex, stream) == 0);
+        CHECK(sync_ok());
+        to_host(out, dy, (size_t)(m * c->n) * 2);
+    }
+    aclDestroyTensor(tx), aclDestroyTensor(tw), aclDestroyTensor(ts), aclDestroyTensor(to);
+    aclDestroyTensor(tb), aclDestroyTensor(ty);
+    aclrtFree(dx), aclrtFree(dy);
+    return st;
+}
+
+static void test_wq_case(wq_case c) {
+    wq_data d;
+    wq_make(&d, c);
+    uint16_t *x = malloc((size_t)(c.m * c.k) * 2), *y = malloc((size_t)(c.m * c.n) * 2);
+    for (int64_t i = 0; i < c.m * c.k; i++)
+        x[i] = f16((float)urand());
+    CHECK(wq_run(&d, x, c.m, y) == 0);
+    int bad = 0;
+    for (int64_t i = 0; i < c.m; i++)
+        for (int64_t j = 0; j < c.n; j++) {
+            double ref = 0, mag = 0;
+            for (int64_t kk = 0; kk < c.k; kk++) {
+                int64_t g = c.group ? kk / c.group : 0;
+                double w = wq_w(&d, kk, j) + (c.offset ? from_f16(d.off[wq_p(&d, g, j)]) : 0.0);
+                double v = from_f16(x[i * c.k + kk]) * w * from_f16(d.scale[wq_p(&d, g, j)]);
+                ref += v, mag += fabs(v);
+            }
+            if (c.bias)
+                ref += from_f16(d.bias[j]);
+            double got = from_f16(y[i * c.n + j]);
+            if (fabs(got - ref) > 1e-3 * fabs(ref) + 1e-5 * mag + 1e-6) {
+                if (bad++ < 3)
+                    fprintf(stderr, "wq m=%lld k=%lld n=%lld int4=%d g=%d off=%d tr=%d: y[%lld][%lld] = %g, ref %g\n",
+                            (long long)c.m, (long long)c.k, (long long)c.n, c.int4, c.group, c.offset, c.transposed,
+                            (long long)i, (long long)j, got, ref);
+            }
+        }
+    CHECK(bad == 0);
+    free(x), free(y);
+    wq_free(&d);
+}
+
+/* Row r of an m=64 product equals the m=1 and m=7 products of the same rows, bit for bit. */
+static void test_wq_batch_invariance(wq_case c) {
+    wq_data d;
+    wq_make(&d, c);
+    int64_t m = 64;
+    uint16_t *x = malloc((size_t)(m * c.k) * 2), *y64 = malloc((size_t)(m * c.n) * 2);
+    uint16_t *y1 = malloc((size_t)c.n * 2), *y7 = malloc((size_t)(7 * c.n) * 2);
+    for (int64_t i = 0; i < m * c.k; i++)
+        x[i] = f16((float)urand());
+    CHECK(wq_run(&d, x, m, y64) == 0);
+    int rows[3] = {0, 29, 63};
+    for (int r = 0; r < 3; r++) {
+        CHECK(wq_run(&d, x + rows[r] * c.k, 1, y1) == 0);
+        CHECK(memcmp(y1, y64 + rows[r] * c.n, (size_t)c.n * 2) == 0);
+    }
+    CHECK(wq_run(&d, x + 40 * c.k, 7, y7) == 0);
+    CHECK(memcmp(y7, y64 + 40 * c.n, (size_t)(7 * c.n) * 2) == 0);
+    free(x), free(y64), free(y1), free(y7);
+    wq_free(&d);
+}
+
+/* ---- float products ---------------------------------------------------------------------------------- */
+static float load_val(aclDataType dt, const void *p, int64_t i) {
+    if (dt == ACL_FLOAT16) return from_f16(((const uint16_t *)p)[i]);
+    if (dt == ACL_BF16) return from_bf16(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+static void store_val(aclDataType dt, void *p, int64_t i, float v) {
+    if (dt == ACL_FLOAT16) ((uint16_t *)p)[i] = f16(v);
+    else if (dt == ACL_BF16) ((uint16_t *)p)[i] = bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+typedef aclnnStatus (*mm_ws_fn)(const aclTensor *, const aclTensor *, aclTensor *, int8_t, uint64_t *, aclOpExecutor **);
+typedef aclnnStatus (*mm_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
+
+/* (batch, m, k) @ (bb, k, n) with mat2 given as a transposed view of (bb, n, k); batch broadcast
+ * when bb == 1. Returns max relative error vs double; out_bits receives the raw output. */
+static double float_mm(aclDataType dt, int64_t batch, int64_t bb, int64_t m, int64_t k, int64_t n, int which,
+                       void *out_bits) {
+    size_t es = dt == ACL_FLOAT ? 4 : 2;
+    void *a = malloc((size_t)(batch * m * k) * es), *b = malloc((size_t)(bb * n * k) * es);
+    void *y = malloc((size_t)(batch * m * n) * es);
+    uint64_t save = rng;
+    rng = 12345;
+    for (int64_t i = 0; i < bb * n * k; i++) store_val(dt, b, i, (float)urand());
+    for (int64_t i = 0; i < batch * m * k; i++) store_val(dt, a, i, (float)urand());
+    rng = save;
+    void *da = dev_from(a, (size_t)(batch * m * k) * es), *db = dev_from(b, (size_t)(bb * n * k) * es);
+    void *dy = dev_alloc((size_t)(batch * m * n) * es);
+    aclTensor *ta, *tb, *ty;
+    if (which == 0) {
+        int64_t ad[2] = {m, k}, bd[2] = {k, n}, bs[2] = {1, k}, yd[2] = {m, n};
+        ta = tensor(ad, 2, dt, NULL, da), tb = tensor(bd, 2, dt, bs, db), ty = tensor(yd, 2, dt, NULL, dy);
+    } else {
+        int64_t ad[3] = {batch, m, k}, bd[3] = {bb, k, n}, bs[3] = {bb == 1 ? 0 : n * k, 1, k}, yd[3] = {batch, m, n};
+        ta = tensor(ad, 3, dt, NULL, da), tb = tensor(bd, 3, dt, bs, db), ty = tensor(yd, 3, dt, NULL, dy);
+    }
+    mm_ws_fn ws_fn = which == 0 ? aclnnMmGetWorkspaceSize : which == 1 ? aclnnBatchMatMulGetWorkspaceSize : aclnnMatmulGetWorkspaceSize;
+    mm_fn fn = which == 0 ? aclnnMm : which == 1 ? aclnnBatchMatMul : aclnnMatmul;
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    CHECK(ws_fn(ta, tb, ty, 1, &ws, &ex) == 0);
+    CHECK(fn(NULL, 0, ex, stream) == 0);
+    CHECK(sync_ok());
+    to_host(y, dy, (size_t)(batch * m * n) * es);
+    double worst = 0;
+    for (int64_t bi = 0; bi < batch; bi++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double ref = 0, mag = 0;
+                for (int64_t kk = 0; kk < k; kk++) {
+                    double v = (double)load_val(dt, a, (bi * m + i) * k + kk) *
+                               load_val(dt, b, ((bb == 1 ? 0 : bi) * n + j) * k + kk);
+                    ref += v, mag += fabs(v);
+                }
+                double err = fabs(load_val(dt, y, (bi * m + i) * n + j) - ref) / (mag + 1e-30);
+                if (err > worst) worst = err;
+            }
+    if (out_bits)
+        memcpy(out_bits, y, (size_t)(batch * m * n) * es);
+    aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(ty);
+    aclrtFree(da), aclrtFree(db), aclrtFree(dy);
+    free(a), free(b), free(y);
+    return worst;
+}
+
+static void test_float_products(void) {
+    CHECK(float_mm(ACL_FLOAT, 1, 1, 5, 37, 29, 0, NULL) < 1e-6);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 17, 300, 70, 0, NULL) < 2e-3);
+    CHECK(float_mm(ACL_BF16, 1, 1, 3, 64, 13, 0, NULL) < 1e-2);
+    CHECK(float_mm(ACL_FLOAT, 3, 3, 4, 50, 9, 1, NULL) < 1e-6);
+    CHECK(float_mm(ACL_FLOAT16, 4, 1, 6, 64, 20, 1, NULL) < 2e-3);
+    CHECK(float_mm(ACL_FLOAT, 2, 2, 5, 33, 7, 2, NULL) < 1e-6);
+    /* batch invariance: row 3 of m=64 equals m=1 of that row (same seed: rows are the same) */
+    int64_t k = 200, n = 50;
+    float *y64 = malloc((size_t)(64 * n) * 4), *y4 = malloc((size_t)(4 * n) * 4);
+    float_mm(ACL_FLOAT, 1, 1, 64, k, n, 0, y64);
+    float_mm(ACL_FLOAT, 1, 1, 4, k, n, 0, y4);
+    CHECK(memcmp(y64, y4, (size_t)(4 * n) * 4) == 0);
+    free(y64), free(y4);
+    /* Matmul with a 1-D self: (k) @ (k, n) -> (n) */
+    {
+        int64_t kk = 40, nn = 6, ad[1] = {kk}, bd[2] = {kk, nn}, yd[1] = {nn};
+        float a[40], b[240], y[6];
+        for (int i = 0; i < 40; i++) a[i] = (float)urand();
+        for (int i = 0; i < 240; i++) b[i] = (float)urand();
+        void *da = dev_from(a, sizeof a), *db = dev_from(b, sizeof b), *dy = dev_alloc(sizeof y);
+        aclTensor *ta = tensor(ad, 1, ACL_FLOAT, NULL, da), *tb = tensor(bd, 2, ACL_FLOAT, NULL, db);
+        aclTensor *ty = tensor(yd, 1, ACL_FLOAT, NULL, dy);
+        uint64_t ws;
+        aclOpExecutor *ex;
+        CHECK(aclnnMatmulGetWorkspaceSize(ta, tb, ty, 0, &ws, &ex) == 0);
+        CHECK(aclnnMatmul(NULL, 0, ex, stream) == 0);
+        CHECK(sync_ok());
+        to_host(y, dy, sizeof y);
+        for (int j = 0; j < nn; j++) {
+            double ref = 0;
+            for (int i = 0; i < kk; i++) ref += (double)a[i] * b[i * nn + j];
+            CHECK(fabs(y[j] - ref) < 1e-5);
+        }
+        /* errors: out of the wrong dtype, mismatched k */
+        int64_t yd2[1] = {nn};
+        aclTensor *ty16 = tensor(yd2, 1, ACL_FLOAT16, NULL, dy);
+        CHECK(aclnnMatmulGetWorkspaceSize(ta, tb, ty16, 0, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+        CHECK(strstr(aclGetRecentErrMsg(), "aclnnMatmul") != NULL);
+        CHECK(aclnnMmGetWorkspaceSize(ta, tb, ty, 0, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+        CHECK(aclnnMmGetWorkspaceSize(NULL, tb, ty, 0, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+        aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(ty), aclDestroyTensor(ty16);
+        aclrtFree(da), aclrtFree(db), aclrtFree(dy);
+    }
+}
+
+/* ---- errors of WeightQuantBatchMatmulV2 -------------------------------------------------------------- */
+static void test_wq_errors(void) {
+    int64_t m = 2, k = 64, n = 8;
+    void *buf = dev_alloc(4096);
+    int64_t xd[2] = {m, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {2, n}, sst[2] = {1, 2}, yd[2] = {m, n};
+    int64_t bad_sd[2] = {3, n}, xs_bad[2] = {1, 2 * m};
+    aclTensor *x = tensor(xd, 2, ACL_FLOAT16, NULL, buf), *w = tensor(wd, 2, ACL_INT4, wst, buf);
+    aclTensor *s = tensor(sd, 2, ACL_FLOAT16, sst, buf), *y = tensor(yd, 2, ACL_FLOAT16, NULL, buf);
+    aclTensor *sbad = tensor(bad_sd, 2, ACL_FLOAT16, NULL, buf), *xbad = tensor(xd, 2, ACL_FLOAT16, xs_bad, buf);
+    aclTensor *s32 = tensor(sd, 2, ACL_FLOAT, sst, buf);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(NULL, w, s, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
+          ACLNN_ERR_PARAM_NULLPTR);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, sbad, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "antiquantScale") != NULL);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s, NULL, NULL, NULL, NULL, 16, y, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(xbad, w, s, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s32, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) == 0);
+    CHECK(aclDestroyAclOpExecutor(ex) == 0 || 1);
+    aclDestroyTensor(x), aclDestroyTensor(w), aclDestroyTensor(s), aclDestroyTensor(y);
+    aclDestroyTensor(sbad), aclDestroyTensor(xbad), aclDestroyTensor(s32);
+    aclrtFree(buf);
+}
+
+/* ---- gathers and remainder --------------------------------------------------------------------------- */
+static void test_gathers(void) {
+    int64_t rows = 10, cols = 6;
+    float table[60];
+    for (int i = 0; i < 60; i++) table[i] = (float)i;
+    int32_t idx[4] = {7, 0, 7, 9};
+    void *dt = dev_from(table, sizeof table), *di = dev_from(idx, sizeof idx), *dout = dev_alloc(4 * 6 * 4);
+    int64_t td[2] = {rows, cols}, id[1] = {4}, od[2] = {4, cols};
+    aclTensor *tt = tensor(td, 2, ACL_FLOAT, NULL, dt), *ti = tensor(id, 1, ACL_INT32, NULL, di);
+    aclTensor *to = tensor(od, 2, ACL_FLOAT, NULL, dout);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    float out[24];
+    CHECK(aclnnIndexSelectGetWorkspaceSize(tt, 0, ti, to, &ws, &ex) == 0);
+    CHECK(aclnnIndexSelect(NULL, 0, ex, stream) == 0);
+    CHECK(sync_ok());
+    to_host(out, dout, sizeof out);
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 6; c++)
+            CHECK(out[r * 6 + c] == table[idx[r] * 6 + c]);
+    /* GatherV2 with a 2-D index along dim 1 of (10, 6): out (10, 2, 2) */
+    int32_t idx2[4] = {5, 1, 0, 5};
+    void *di2 = dev_from(idx2, sizeof idx2), *dout2 = dev_alloc(40 * 4);
+    int64_t i2d[2] = {2, 2}, o2d[3] = {rows, 2, 2};
+    aclTensor *ti2 = tensor(i2d, 2, ACL_INT32, NULL, di2), *to2 = tensor(o2d, 3, ACL_FLOAT, NULL, dout2);
+    float out2[40];
+    CHECK(aclnnGatherV2GetWorkspaceSize(tt, 1, ti2, to2, &ws, &ex) == 0);
+    CHECK(aclnnGatherV2(NULL, 0, ex, stream) == 0);
+    CHECK(sync_ok());
+    to_host(out2, dout2, sizeof out2);
+    for (int r = 0; r < rows; r++)
+        for (int q = 0; q < 4; q++)
+            CHECK(out2[r * 4 + q] == table[r * 6 + idx2[q]]);
+    /* an index out of range fails at synchronize */
+    int32_t badidx[4] = {0, 10, 1, 2};
+    CHECK(aclrtMemcpy(di, sizeof badidx, badidx, sizeof badidx, ACL_MEMCPY_HOST_TO_DEVICE) == 0);
+    CHECK(aclnnIndexSelectGetWorkspaceSize(tt, 0, ti, to, &ws, &ex) == 0);
+    CHECK(aclnnIndexSelect(NULL, 0, ex, stream) == 0);
+    CHECK(aclrtSynchronizeStream(stream) != ACL_SUCCESS);
+    /* remainder: F32 Python modulo */
+    float vals[6] = {-17, -1, 0, 5, 16, 127}, rem[6];
+    void *dv = dev_from(vals, sizeof vals), *dr = dev_alloc(sizeof rem);
+    int64_t vd[1] = {6};
+    aclTensor *tv = tensor(vd, 1, ACL_FLOAT, NULL, dv), *tr = tensor(vd, 1, ACL_FLOAT, NULL, dr);
+    float sixteen = 16;
+    aclScalar *s16 = aclCreateScalar(&sixteen, ACL_FLOAT);
+    CHECK(aclnnRemainderTensorScalarGetWorkspaceSize(tv, s16, tr, &ws, &ex) == 0);
+    CHECK(aclnnRemainderTensorScalar(NULL, 0, ex, stream) == 0);
+    CHECK(sync_ok());
+    to_host(rem, dr, sizeof rem);
+    float expect[6] = {15, 15, 0, 5, 0, 15};
+    CHECK(memcmp(rem, expect, sizeof rem) == 0);
+    aclDestroyScalar(s16);
+    aclDestroyTensor(tt), aclDestroyTensor(ti), aclDestroyTensor(to), aclDestroyTensor(ti2), aclDestroyTensor(to2);
+    aclDestroyTensor(tv), aclDestroyTensor(tr);
+    aclrtFree(dt), aclrtFree(di), aclrtFree(dout), aclrtFree(di2), aclrtFree(dout2), aclrtFree(dv), aclrtFree(dr);
+}
+
+/* ---- thread-count invariance: a child prints a hash of an m=64 product ------------------------------ */
+static uint64_t fnv(const void *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t child_product_hash(void) {
+    wq_case c = {64, 512, 200, 1, 32, 1, 1, 0};
+    wq_data d;
+    wq_make(&d, c);
+    uint16_t *x = malloc((size_t)(64 * c.k) * 2), *y = malloc((size_t)(64 * c.n) * 2);
+    for (int64_t i = 0; i < 64 * c.k; i++) x[i] = f16((float)urand());
+    wq_run(&d, x, 64, y);
+    uint64_t h = fnv(y, (size_t)(64 * c.n) * 2);
+    wq_run(&d, x, 1, y);
+    h ^= fnv(y, (size_t)c.n * 2) * 31;
+    uint16_t *yf = malloc((size_t)(64 * 50) * 4);
+    float_mm(ACL_FLOAT16, 1, 1, 64, 300, 50, 0, yf);
+    h ^= fnv(yf, (size_t)(64 * 50) * 2) * 7;
+    free(x), free(y), free(yf);
+    wq_free(&d);
+    return h;
+}
+
+static int run_child(const char *self, const char *threads, uint64_t *hash) {
+    char env_threads[64], path[512];
+    snprintf(env_threads, sizeof env_threads, "CANN_LLM_THREADS=%s", threads);
+    snprintf(path, sizeof path, "/tmp/test_aclnn_matmul.%d.%s", (int)getpid(), threads);
+    char *envp[] = {env_threads, "CT_CHILD_HASH=1", NULL};
+    char *argv[] = {(char *)self, path, NULL};
+    pid_t pid;
+    if (posix_spawn(&pid, self, NULL, NULL, argv, envp) != 0)
+        return 0;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    FILE *f = fopen(path, "r");
+    int ok = f && fscanf(f, "%lx", (unsigned long *)hash) == 1;
+    if (f) fclose(f);
+    remove(path);
+    return ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* ---- benchmark ------------------------------------------------------------------------------------- */
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench(int64_t k, int64_t n) {
+    wq_case c = {1, k, n, 1, 32, 0, 1, 0};
+    wq_data d;
+    wq_make(&d, c);
+    int64_t m = 64;
+    uint16_t *x = malloc((size_t)(m * k) * 2), *y = malloc((size_t)(m * n) * 2);
+    for (int64_t i = 0; i < m * k; i++) x[i] = f16((float)urand());
+    void *dx = dev_from(x, (size_t)(m * k) * 2), *dy = dev_alloc((size_t)(m * n) * 2);
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t mm = pass == 0 ? 1 : m;
+        int64_t xd[2] = {mm, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {k / 32, n}, sst[2] = {1, k / 32}, yd[2] = {mm, n};
+        aclTensor *tx = tensor(xd, 2, ACL_FLOAT16, NULL, dx), *tw = tensor(wd, 2, ACL_INT4, wst, d.d_w);
+        aclTensor *ts = tensor(sd, 2, ACL_FLOAT16, sst, d.d_s), *ty = tensor(yd, 2, ACL_FLOAT16, NULL, dy);
+        int reps = pass == 0 ? (k * n > 4000000 ? 40 : 400) : 5;
+        double best = 1e9;
+        for (int rep = 0; rep < reps; rep++) {
+            uint64_t ws;
+            aclOpExecutor *ex;
+            double t0 = now();
+            aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(tx, tw, ts, NULL, NULL, NULL, NULL, 32, ty, &ws, &ex);
+            aclnnWeightQuantBatchMatmulV2(NULL, 0, ex, stream);
+            aclrtSynchronizeStream(stream);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        double wbytes = (double)k * n / 2 + (double)k / 32 * n * 2;
+        if (pass == 0)
+            printf("bench Q4_0 %lldx%lld m=1: %.3f ms, %.1f GB/s of weights\n", (long long)n, (long long)k, best * 1e3,
+                   wbytes / best * 1e-9);
+        else
+            printf("bench Q4_0 %lldx%lld m=64: %.3f ms, %.1f GFLOPS\n", (long long)n, (long long)k, best * 1e3,
+                   2.0 * mm * k * n / best * 1e-9);
+        aclDestroyTensor(tx), aclDestroyTensor(tw), aclDestroyTensor(ts), aclDestroyTensor(ty);
+    }
+    aclrtFree(dx), aclrtFree(dy);
+    free(x), free(y);
+    wq_free(&d);
+}
+
+int main(int argc, char **argv) {
+    CHECK(aclInit(NULL) == ACL_SUCCESS);
+    CHECK(aclrtSetDevice(0) == ACL_SUCCESS);
+    CHECK(aclrtCreateStream(&stream) == ACL_SUCCESS);
+    if (getenv("CT_CHILD_HASH") && argc > 1) {
+        uint64_t h = child_product_hash();
+        FILE *f = fopen(argv[1], "w");
+        if (f) {
+            fprintf(f, "%lx\n", (unsigned long)h);
+            fclose(f);
+        }
+        return ct_failures ? 1 : 0;
+    }
+    if (getenv("CT_BENCH")) {
+        bench(576, 1536);
+        bench(4096, 4096);
+        return 0;
+    }
+    /* m, k, n, int4, group, offset, transposed, bias */
+    test_wq_case((wq_case){1, 256, 40, 1, 32, 0, 1, 0});
+    test_wq_case((wq_case){7, 256, 40, 1, 32, 1, 1, 0});
+    test_wq_case((wq_case){70, 128, 33, 1, 32, 1, 1, 1});
+    test_wq_case((wq_case){3, 192, 20, 0, 64, 0, 1, 0});
+    test_wq_case((wq_case){9, 96, 20, 0, 0, 1, 1, 0});
+    test_wq_case((wq_case){2, 80, 12, 1, 0, 0, 1, 0});   /* k not a multiple of 32, per-channel */
+    test_wq_case((wq_case){5, 100, 14, 1, 64, 1, 1, 0}); /* partial last group */
+    test_wq_case((wq_case){4, 64, 10, 1, 32, 0, 0, 0});  /* contiguous (k, n) weight */
+    test_wq_case((wq_case){1, 64, 9, 0, 32, 1, 0, 1});
+    test_wq_batch_invariance((wq_case){0, 512, 100, 1, 32, 0, 1, 0});
+    test_wq_batch_invariance((wq_case){0, 512, 100, 1, 32, 1, 1, 0});
+    test_wq_batch_invariance((wq_case){0, 320, 37, 0, 32, 0, 1, 0});
+    test_wq_batch_invariance((wq_case){0, 96, 21, 0, 0, 0, 1, 0});
+    test_wq_errors();
+    test_float_products();
+    test_gathers();
+    uint64_t h1 = 0, h2 = 1;
+    CHECK(run_child(argv[0][0] == '/' ? argv[0] : realpath(argv[0], NULL), "1", &h1));
+    CHECK(run_child(argv[0][0] == '/' ? argv[0] : realpath(argv[0], NULL), "2", &h2));
+    CHECK(h1 == h2);
+    CHECK(aclrtDestroyStream(stream) == ACL_SUCCESS);
+    return CT_RESULT();
+}
