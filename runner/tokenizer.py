@@ -1,0 +1,555 @@
+"""Tokenizer built from a GGUF vocabulary, token-exact with llama.cpp.
+
+Two vocabulary kinds (tokenizer.ggml.model):
+
+- "gpt2": byte-level BPE. The text is split by the pre-tokenizer named in tokenizer.ggml.pre
+  (cann_llm.pretokenize), each piece's UTF-8 bytes are mapped to printable characters (GPT-2's
+  bytes_to_unicode) and merged pairwise by rank (tokenizer.ggml.merges), lowest rank first and
+  leftmost first among equal ranks.
+- "llama": SentencePiece-style. Spaces become "▁" (and a "▁" is prepended at the start of the text
+  and after each special token when add_space_prefix is set), characters are merged pairwise into
+  the highest-scoring vocabulary entry (tokenizer.ggml.scores), leftmost first among equal
+  scores; a character left that is no token is written as byte tokens <0xXX>.
+
+Before either, special-token parsing splits the text at occurrences of control and user-defined
+tokens, longest token text first (llama.cpp's tokenizer_st_partition). With special=False only the
+user-defined tokens are split out, as in llama.cpp.
+
+Detokenization follows llama.cpp's token_to_piece and detokenize: byte-level decoding for BPE,
+"▁" -> " " and byte tokens for SPM, control and unknown tokens rendered only with special=True.
+IncrementalDetokenizer turns a stream of ids into text without ever emitting a broken UTF-8
+sequence.
+"""
+
+from __future__ import annotations
+
+import codecs
+import heapq
+import os
+from enum import IntFlag
+
+from .gguf_vocab import read_metadata
+from .pretokenize import PreTokenizer, bytes_to_unicode, pre_tokenizer
+
+__all__ = ["IncrementalDetokenizer", "TokenAttr", "Tokenizer", "TokenizerError"]
+
+_SE = "surrogateescape"
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+class TokenAttr(IntFlag):
+    """llama.cpp's llama_token_attr bits."""
+    UNDEFINED = 0
+    UNKNOWN = 1 << 0
+    UNUSED = 1 << 1
+    NORMAL = 1 << 2
+    CONTROL = 1 << 3
+    USER_DEFINED = 1 << 4
+    BYTE = 1 << 5
+    NORMALIZED = 1 << 6
+    LSTRIP = 1 << 7
+    RSTRIP = 1 << 8
+    SINGLE_WORD = 1 << 9
+
+
+# tokenizer.ggml.token_type values (llama_token_type) -> attributes
+_TYPE_TO_ATTR = {0: TokenAttr.UNDEFINED, 1: TokenAttr.NORMAL, 2: TokenAttr.UNKNOWN,
+                 3: TokenAttr.CONTROL, 4: TokenAttr.USER_DEFINED, 5: TokenAttr.UNUSED,
+                 6: TokenAttr.BYTE}
+
+_CONTROL = int(TokenAttr.CONTROL)
+_UNKNOWN = int(TokenAttr.UNKNOWN)
+_USER = int(TokenAttr.USER_DEFINED)
+_NORMAL = int(TokenAttr.NORMAL)
+_BYTE = int(TokenAttr.BYTE)
+_UNUSED = int(TokenAttr.UNUSED)
+_LSTRIP = int(TokenAttr.LSTRIP)
+_RSTRIP = int(TokenAttr.RSTRIP)
+
+# Texts llama.cpp recognizes as end-of-turn/fill-in-the-middle/end-of-generation tokens; a token with
+# one of these texts is made a control token if its type says otherwise (llama_vocab::load).
+_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+              "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
+              "<end_of_utterance>")
+_FIM_TEXTS = ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+              "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+              "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>",
+              "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+              "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
+              "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+              "<|file_sep|>", "<|eom_id|>")
+_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+              "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
+              "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
+              "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[")
+_ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+
+_C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale
+_WORD_CACHE_MAX = 1 << 16
+
+
+class Tokenizer:
+    """A llama.cpp-compatible tokenizer. Build it with Tokenizer.from_gguf(path)."""
+
+    def __init__(self, metadata: dict, name: str = "model"):
+        self.name = name
+        model = metadata.get("tokenizer.ggml.model")
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        if model is None or tokens is None:
+            raise TokenizerError(f"{name}: the GGUF has no tokenizer.ggml.model/tokens")
+        n = len(tokens)
+        self.model = model
+        self.pre: PreTokenizer | None = None
+        self._ranks: dict = {}
+        if model == "llama":
+            self.kind = "spm"
+            bos, eos, unk = 1, 2, 0
+            add_space_prefix, clean_spaces, add_bos = True, False, True
+        elif model == "gpt2":
+            self.kind = "bpe"
+            self.pre = pre_tokenizer(metadata.get("tokenizer.ggml.pre"))
+            merges = metadata.get("tokenizer.ggml.merges")
+            if merges is None:
+                raise TokenizerError(f"{name}: BPE vocabulary without tokenizer.ggml.merges")
+            ranks = {}
+            for i, m in enumerate(merges):
+                pos = m.find(" ", 1)
+                pair = (m[:pos], m[pos + 1:]) if pos >= 0 else ("", "")
+                ranks.setdefault(pair, i)
+            self._ranks = ranks
+            bos, eos, unk = 11, 11, None
+            add_space_prefix, clean_spaces, add_bos = False, self.pre.clean_spaces, self.pre.add_bos
+        else:
+            raise TokenizerError(f"{name}: unsupported tokenizer.ggml.model {model!r} "
+                                 "(supported: 'gpt2' BPE, 'llama' SentencePiece)")
+        add_eos = False
+        add_space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", add_space_prefix))
+
+        texts = []
+        token_to_id = {}
+        for i, t in enumerate(tokens):
+            if not t:
+                t = f"[EMPTY_{i}]"
+            if t in token_to_id:
+                raise TokenizerError(f"{name}: duplicate token {t!r} (ids {token_to_id[t]} and {i})")
+            token_to_id[t] = i
+            texts.append(t)
+        scores = metadata.get("tokenizer.ggml.scores")
+        self.scores = [float(s) for s in scores] if scores is not None else [0.0] * n
+        types = metadata.get("tokenizer.ggml.token_type")
+        if types is not None:
+            attrs = [int(_TYPE_TO_ATTR.get(int(t), TokenAttr.UNDEFINED)) for t in types[:n]]
+        else:
+            attrs = [_NORMAL] * n
+        self.tokens = texts
+        self.token_to_id = token_to_id
+        self.attrs = attrs
+        self.n_vocab = n
+
+        def special_id(key, default):
+            v = metadata.get(key)
+            if default is not None and default >= n:
+                default = None
+            if v is None:
+                return default
+            return int(v) if 0 <= int(v) < n else default
+
+        self.bos_id = special_id("tokenizer.ggml.bos_token_id", bos)
+        self.eos_id = special_id("tokenizer.ggml.eos_token_id", eos)
+        self.unk_id = special_id("tokenizer.ggml.unknown_token_id", unk)
+        self.pad_id = special_id("tokenizer.ggml.padding_token_id", None)
+        self.eot_id = special_id("tokenizer.ggml.eot_token_id", None)
+        self.eom_id = special_id("tokenizer.ggml.eom_token_id", None)
+        self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", add_bos))
+        self.add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", add_eos))
+        if self.add_bos and self.bos_id is None:
+            raise TokenizerError(f"{name}: add_bos_token is true but there is no BOS token")
+        if self.add_eos and self.eos_id is None:
+            raise TokenizerError(f"{name}: add_eos_token is true but there is no EOS token")
+        self.add_space_prefix = add_space_prefix
+        self.clean_spaces = clean_spaces
+        self.chat_template = metadata.get("tokenizer.chat_template")
+        self.model_name = metadata.get("general.name") or name
+
+        self._fix_attributes()
+        # special-token cache: control, user-defined and unknown tokens, longest text first
+        special = [i for i in range(n) if attrs[i] & (_CONTROL | _USER | _UNKNOWN)]
+        special.sort(key=lambda i: -len(texts[i].encode("utf-8", _SE)))
+        self._special = special
+        self._word_cache: dict = {}
+        self._piece_cache: dict = {}
+        if self.kind == "bpe":
+            self._byte_enc = bytes_to_unicode()
+            self._byte_dec = {c: b for b, c in self._byte_enc.items()}
+
+    @classmethod
+    def from_gguf(cls, path) -> "Tokenizer":
+        path = os.fspath(path)
+        meta = read_metadata(path)
+        return cls(meta, name=os.path.basename(path))
+
+    # -- load-time fix-ups (llama_vocab::load) -------------------------------------------------
+
+    def _fix_attributes(self):
+        attrs, t2i = self.attrs, self.token_to_id
+        for text in (*_EOT_TEXTS, *_FIM_TEXTS, *_EOG_TEXTS):
+            i = t2i.get(text)
+            if i is not None:
+                attrs[i] |= _CONTROL
+        for i, text in enumerate(self.tokens):
+            if attrs[i] & _CONTROL and "unused" in text:
+                attrs[i] |= _UNUSED
+        for text in _ALWAYS_RENDERED:
+            i = t2i.get(text)
+            if i is not None:
+                attrs[i] = _USER
+        if self.eot_id is None:
+            for text in _EOT_TEXTS:
+                if text in t2i:
+                    self.eot_id = t2i[text]
+                    break
+        eog = {t2i[t] for t in _EOG_TEXTS if t in t2i}
+        eog.update(i for i in (self.eos_id, self.eot_id, self.eom_id) if i is not None)
+        for t in ("<|fim_pad|>", "<|fim_repo|>", "<|file_sep|>"):
+            if t in t2i:
+                eog.add(t2i[t])
+        self.eog_ids = frozenset(eog)
+        name = str(self.model_name).lower()
+        if "phi-3" in name or "phi3" in name:
+            for i in range(self.n_vocab):
+                if attrs[i] & (_CONTROL | _USER | _UNKNOWN):
+                    attrs[i] |= _RSTRIP
+            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
+                if t in t2i:
+                    attrs[t2i[t]] = attrs[t2i[t]] | _RSTRIP if on else attrs[t2i[t]] & ~_RSTRIP
+
+    # -- tokenize ------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, special: bool = True) -> list:
+        """Token ids of `text`.
+
+        add_special: add BOS/EOS as the model's add_bos_token/add_eos_token say (llama.cpp's
+        add_special). special: text matching a control token (e.g. "<|im_start|>") becomes that
+        token (llama.cpp's parse_special); user-defined tokens are always matched.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize() takes str, not {type(text).__name__}")
+        frags = self._partition(text, special) if text else []
+        out = []
+        if self.kind == "spm":
+            if add_special and self.add_bos:
+                out.append(self.bos_id)
+            prev_special = True
+            for f in frags:
+                if isinstance(f, int):
+                    out.append(f)
+                    prev_special = True
+                    continue
+                if self.add_space_prefix and prev_special:
+                    f = " " + f
+                self._spm(f.replace(" ", "▁"), out)
+                prev_special = False
+        else:
+            if add_special and self.add_bos:
+                out.append(self.bos_id)
+            for f in frags:
+                if isinstance(f, int):
+                    out.append(f)
+                else:
+                    self._bpe(f, out)
+        if add_special and self.add_eos:
+            out.append(self.eos_id)
+        return out
+
+    def _partition(self, text: str, special: bool) -> list:
+        frags = [text]
+        tokens, attrs = self.tokens, self.attrs
+        for tid in self._special:
+            attr = attrs[tid]
+            if not special and attr & (_CONTROL | _UNKNOWN):
+                continue
+            tt = tokens[tid]
+            if not any(type(f) is str and tt in f for f in frags):
+                continue
+            new = []
+            for f in frags:
+                if type(f) is not str or tt not in f:
+                    new.append(f)
+                    continue
+                start = 0
+                while True:
+                    m = f.find(tt, start)
+                    if m < 0:
+                        break
+                    left = f[start:m]
+                    if attr & _LSTRIP:
+                        left = left.rstrip(_C_SPACE)
+                    if left:
+                        new.append(left)
+                    new.append(tid)
+                    start = m + len(tt)
+                    if attr & _RSTRIP:
+                        while start < len(f) and f[start] in _C_SPACE:
+                            start += 1
+                if start < len(f):
+                    new.append(f[start:])
+            frags = new
+        return frags
+
+    # byte-level BPE
+    def _bpe(self, text: str, out: list):
+        cache = self._word_cache
+        enc = self._byte_enc
+        for piece in self.pre.split(text):
+            word = "".join(enc[b] for b in piece.encode("utf-8", _SE))
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._bpe_word(word)
+                if len(cache) >= _WORD_CACHE_MAX:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+
+    def _bpe_word(self, word: str) -> tuple:
+        t2i = self.token_to_id
+        if self.pre.ignore_merges and word in t2i:
+            return (t2i[word],)
+        syms = self._merge(word, self._bpe_pair)
+        ids = []
+        for s in syms:
+            t = t2i.get(s)
+            if t is not None:
+                ids.append(t)
+                continue
+            for b in s.encode("utf-8", _SE):
+                t = t2i.get(bytes([b]).decode("utf-8", _SE))
+                if t is not None:
+                    ids.append(t)
+        return tuple(ids)
+
+    def _bpe_pair(self, a: str, b: str):
+        return self._ranks.get((a, b))
+
+    def _spm_pair(self, a: str, b: str):
+        t = self.token_to_id.get(a + b)
+        return None if t is None else -self.scores[t]
+
+    @staticmethod
+    def _merge(word: str, priority) -> list:
+        """Merge adjacent symbols (initially the characters of `word`) best pair first: the lowest
+        priority(left, right), leftmost among equals; pairs with priority None never merge. This is
+        llama.cpp's work-queue algorithm (stale queue entries are skipped)."""
+        n = len(word)
+        if n < 2:
+            return [word] if word else []
+        text = list(word)
+        prev = list(range(-1, n - 1))
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        heap = []
+        for i in range(n - 1):
+            p = priority(text[i], text[i + 1])
+            if p is not None:
+                heap.append((p, i, i + 1, len(text[i]) + len(text[i + 1])))
+        heapq.heapify(heap)
+        push, pop = heapq.heappush, heapq.heappop
+        while heap:
+            _, left, right, size = pop(heap)
+            lt, rt = text[left], text[right]
+            if not lt or not rt or len(lt) + len(rt) != size:
+                continue
+            text[left] = merged = lt + rt
+            text[right] = ""
+            nr = nxt[right]
+            nxt[left] = nr
+            if nr >= 0:
+                prev[nr] = left
+            pl = prev[left]
+            if pl >= 0:
+                p = priority(text[pl], merged)
+                if p is not None:
+                    push(heap, (p, pl, left, len(text[pl]) + len(merged)))
+            if nr >= 0:
+                p = priority(merged, text[nr])
+                if p is not None:
+                    push(heap, (p, left, nr, len(merged) + len(text[nr])))
+        return [s for s in text if s]
+
+    # SentencePiece-style
+    def _spm(self, text: str, out: list):
+        t2i = self.token_to_id
+        for s in self._merge(text, self._spm_pair):
+            t = t2i.get(s)
+            if t is not None:
+                out.append(t)
+                continue
+            for b in s.encode("utf-8", _SE):
+                t = t2i.get(f"<0x{b:02X}>")
+                if t is None:
+                    t = t2i.get(bytes([b]).decode("utf-8", _SE))
+                if t is None:
+                    if self.unk_id is None:
+                        raise TokenizerError(f"{self.name}: no byte token for 0x{b:02X}")
+                    t = self.unk_id
+                out.append(t)
+
+    # -- detokenize ----------------------------------------------------------------------------
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (llama.cpp's token_to_piece with lstrip 0): control and unknown
+        tokens give b"" unless special; user-defined tokens give their text; unused tokens b""."""
+        key = (token, special)
+        piece = self._piece_cache.get(key)
+        if piece is None:
+            piece = self._piece(token, special)
+            self._piece_cache[key] = piece
+        return piece
+
+    def _piece(self, token: int, special: bool) -> bytes:
+        if not 0 <= token < self.n_vocab:
+            raise IndexError(f"token id {token} out of range (n_vocab {self.n_vocab})")
+        attr = self.attrs[token]
+        if not special and attr & (_CONTROL | _UNKNOWN):
+            return b""
+        text = self.tokens[token]
+        if attr & (_CONTROL | _UNKNOWN | _USER):
+            return text.encode("utf-8", _SE)
+        if attr & _NORMAL:
+            if self.kind == "spm":
+                return text.replace("▁", " ").encode("utf-8", _SE)
+            dec = self._byte_dec
+            out = bytearray()
+            for ch in text:
+                b = dec.get(ch)
+                if b is not None:
+                    out.append(b)
+                else:
+                    u = ch.encode("utf-8", _SE)
+                    out += b"[UNK_BYTE_0x" + u.hex().encode() + text.encode("utf-8", _SE) + b"]"
+            return bytes(out)
+        if attr & _BYTE:
+            return bytes([int(text[3:5], 16)])
+        return b""
+
+    def detokenize_bytes(self, ids, *, special: bool = False, remove_special: bool = False) -> bytes:
+        """llama.cpp's llama_detokenize(remove_special, unparse_special=special) as bytes: the first
+        piece loses one leading space when add_space_prefix is set, and the clean-up of spaces
+        before punctuation and contractions runs when the vocabulary asks for it (clean_spaces)."""
+        ids = list(ids)
+        remove_space = self.add_space_prefix
+        if remove_special and self.add_bos and ids and ids[0] == self.bos_id:
+            remove_space = False
+            ids = ids[1:]
+        if remove_special and self.add_eos and ids and ids[-1] == self.eos_id:
+            ids = ids[:-1]
+        buf = bytearray()
+        for i, t in enumerate(ids):
+            piece = self.token_to_piece(int(t), special)
+            if i == 0 and remove_space and piece[:1] == b" ":
+                piece = piece[1:]
+            buf += piece
+        if self.clean_spaces:
+            buf = _clean_spaces(buf)
+        return bytes(buf)
+
+    def detokenize(self, ids, *, special: bool = False, remove_special: bool = False) -> str:
+        """Text of `ids` (invalid UTF-8 becomes U+FFFD). special=True renders control tokens."""
+        return self.detokenize_bytes(ids, special=special,
+                                     remove_special=remove_special).decode("utf-8", "replace")
+
+    def incremental(self, *, special: bool = False, strip_leading_space: bool = False):
+        """An IncrementalDetokenizer over this vocabulary."""
+        return IncrementalDetokenizer(self, special=special, strip_leading_space=strip_leading_space)
+
+    def is_eog(self, token: int) -> bool:
+        return token in self.eog_ids
+
+    def __repr__(self):
+        pre = f", pre={self.pre.name!r}" if self.pre else ""
+        return f"<Tokenizer {self.model_name!r} {self.kind}{pre} n_vocab={self.n_vocab}>"
+
+
+def _clean_spaces(text: bytearray) -> bytearray:
+    """llama.cpp's clean_up_tokenization_spaces passes over the detokenized bytes."""
+    # 1: " ?", " !", " .", " ," lose the space
+    out = bytearray(text[:1])
+    for i in range(1, len(text)):
+        x = text[i]
+        if text[i - 1] == 0x20 and x in b"?!.,":
+            out.pop()
+        out.append(x)
+    # 2: " ' " becomes "'" (the byte after the apostrophe is zeroed and skipped, as in llama.cpp)
+    text = out
+    out = bytearray(text[:1])
+    i = 1
+    n = len(text)
+    while i < n:
+        x = text[i]
+        if x == 0x27 and i + 1 < n and text[i - 1] == 0x20 and text[i + 1] == 0x20:
+            out.pop()
+            text[i + 1] = 0
+            i += 1
+            out.append(x)
+            i += 1
+            continue
+        out.append(x)
+        i += 1
+    # 3: " 's", " 'm", " 're", " 've" lose the space
+    text = out
+    out = bytearray(text[:1])
+    n = len(text)
+    for i in range(1, n):
+        x = text[i]
+        if text[i - 1] == 0x20 and x == 0x27 and i + 1 < n:
+            x1 = text[i + 1]
+            if x1 in b"sm":
+                out.pop()
+            elif x1 not in b"td" and i + 2 < n:
+                x2 = text[i + 2]
+                if (x1, x2) in ((0x72, 0x65), (0x76, 0x65)):
+                    out.pop()
+        out.append(x)
+    return out
+
+
+class IncrementalDetokenizer:
+    """Turns token ids into text as they come (streaming) and never emits part of a UTF-8
+    sequence: bytes of an incomplete character wait for the next tokens; bytes that can never
+    form a character come out as U+FFFD.
+
+        det = tok.incremental()
+        for t in ids:
+            print(det.add(t), end="")
+        print(det.flush())
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, special: bool = False,
+                 strip_leading_space: bool = False):
+        self.tokenizer = tokenizer
+        self.special = special
+        self._strip = strip_leading_space and tokenizer.add_space_prefix
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._first = True
+
+    def add(self, token: int) -> str:
+        piece = self.tokenizer.token_to_piece(int(token), self.special)
+        if self._first:
+            self._first = False
+            if self._strip and piece[:1] == b" ":
+                piece = piece[1:]
+        return self._decoder.decode(piece)
+
+    def add_many(self, tokens) -> str:
+        return "".join(self.add(t) for t in tokens)
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes held back because they start a character not yet complete."""
+        return self._decoder.getstate()[0]
+
+    def flush(self) -> str:
+        """What is left at the end of the stream (an incomplete character becomes U+FFFD)."""
+        return self._decoder.decode(b"", final=True)
