@@ -581,3 +581,27 @@ class Backend(_Owned):
 
     def event_wait(self, event: Event) -> None:
         check(lib.clm_backend_event_wait(self._handle(), event._handle()), "event_wait")
+
+    # CANN backends only: scratch-pool and graph-capture counters, raw pool blocks for tests
+    def stats(self) -> dict:
+        """clm_cann_backend_stats as a dict: pool_kind ('legacy' | 'vmm'), pool_in_use,
+        pool_peak, pool_reserved, pool_mapped (bytes), pool_slots_used, pool_slots_total,
+        graph_captures, graph_replays, graph_cached."""
+        out = ffi.new("clm_cann_stats *")
+        check(lib.clm_cann_backend_stats(self._handle(), out), "clm_cann_backend_stats")
+        stats = {name: int(getattr(out, name)) for name, _ in ffi.typeof("clm_cann_stats").fields}
+        stats["pool_kind"] = {lib.CLM_POOL_LEGACY: "legacy", lib.CLM_POOL_VMM: "vmm"}.get(
+            stats["pool_kind"], str(stats["pool_kind"]))
+        return stats
+
+    def pool_alloc(self, size: int) -> tuple[int, int]:
+        """A block of the backend's scratch pool: (device address, actual size). Stream-ordered
+        temporary memory; the VMM pool needs LIFO frees."""
+        ptr = ffi.new("void **")
+        actual = ffi.new("size_t *")
+        check(lib.clm_cann_pool_alloc(self._handle(), size, ptr, actual), "clm_cann_pool_alloc")
+        return int(ffi.cast("uintptr_t", ptr[0])), int(actual[0])
+
+    def pool_free(self, address: int, size: int) -> None:
+        check(lib.clm_cann_pool_free(self._handle(), ffi.cast("void *", address), size),
+              "clm_cann_pool_free")

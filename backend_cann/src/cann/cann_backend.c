@@ -27,6 +27,7 @@ static void backend_free(clm_backend *backend) {
     cann_backend_ctx *ctx = backend_ctx(backend);
     if (cann_set_device(ctx->device) == CLM_OK) {
         aclrtSynchronizeStream(ctx->stream);
+        cann_graph_cache_free(ctx);
         ctx->pool->iface.destroy(ctx->pool);
         aclrtDestroyStream(ctx->stream);
         aclGetRecentErrMsg();
@@ -141,10 +142,9 @@ static clm_status compute_node(cann_backend_ctx *ctx, clm_tensor *node) {
     return entry->compute(ctx, node);
 }
 
-static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) {
-    cann_backend_ctx *ctx = backend_ctx(backend);
-    clm_status st = cann_set_device(ctx->device);
-    if (st != CLM_OK) return st;
+/* Every node in order, each dispatched to its op family. */
+static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
+    clm_status st;
     for (size_t i = 0; i < clm_graph_n_nodes(graph); i++) {
         clm_tensor *node = clm_graph_node(graph, i);
         if (node->op == CLM_OP_NONE || clm_is_view_op(node->op)) continue;
@@ -168,6 +168,14 @@ static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) 
         }
     }
     return CLM_OK;
+}
+
+static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) {
+    cann_backend_ctx *ctx = backend_ctx(backend);
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    if (ctx->graphs != NULL) return cann_graph_compute_captured(ctx, graph, run_nodes);   /* graph_capture.c */
+    return run_nodes(ctx, graph);
 }
 
 static const struct clm_backend_i cann_backend_iface = {
@@ -201,7 +209,14 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
         free(backend);
         return cann_acl_error(err, "aclrtCreateStream");
     }
-    if ((st = cann_pool_create(device, &ctx->pool)) != CLM_OK) {
+    if ((st = cann_pool_create(device, ctx->stream, &ctx->pool)) != CLM_OK) {
+        aclrtDestroyStream(ctx->stream);
+        free(ctx);
+        free(backend);
+        return st;
+    }
+    if ((st = cann_graph_cache_init(ctx)) != CLM_OK) {
+        ctx->pool->iface.destroy(ctx->pool);
         aclrtDestroyStream(ctx->stream);
         free(ctx);
         free(backend);

@@ -35,10 +35,19 @@ struct cann_pool_i {
 struct cann_pool {
     struct cann_pool_i iface;
     int device;
+    aclrtStream stream;   /* the stream the pool's memory is ordered on */
+    bool capturing;       /* set during graph capture: no device allocation or release then */
 };
 
-/* The pool for a new backend on `device` (GGML_CANN_MEM_POOL picks the kind). */
-clm_status cann_pool_create(int device, cann_pool **out);
+/* The pool for a new backend on `device` and its stream (GGML_CANN_MEM_POOL picks the kind:
+ * "vmm", the default when the device reports an allocation granularity, or "leg").
+ *
+ * RULE for ops when graph capture is on (GGML_CANN_ACL_GRAPH, docs/memory_pools.md): inside
+ * graph_compute, ops must not allocate device memory outside this pool, must not copy from the
+ * host (aclrtMemcpy*, H2D) and must not synchronize: all of that fails during capture. Build
+ * constant tables / caches in a pre-pass or at buffer set_tensor time. Temporaries come from
+ * cann_temp_alloc, freed in LIFO order after the launches that use them. */
+clm_status cann_pool_create(int device, aclrtStream stream, cann_pool **out);
 
 /* One temporary: alloc, use in launches, free (LIFO). */
 typedef struct cann_temp {
@@ -55,6 +64,7 @@ typedef struct cann_backend_ctx {
     cann_pool *pool;
     int64_t graph_captures;
     int64_t graph_replays;
+    struct cann_graph_cache *graphs;   /* GGML_CANN_ACL_GRAPH: captured graphs (graph_capture.c) */
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -149,6 +159,15 @@ clm_status cann_op_argmax(cann_backend_ctx *ctx, clm_tensor *dst);
 void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev);
 bool cann_buffer_is_device(const clm_buffer *buffer);
 int cann_buffer_device(const clm_buffer *buffer);
+
+/* ---- graph capture (graph_capture.c) ------------------------------------------------------------ */
+/* Reads GGML_CANN_ACL_GRAPH / GGML_CANN_GRAPH_CACHE_CAPACITY; leaves ctx->graphs NULL when off. */
+clm_status cann_graph_cache_init(cann_backend_ctx *ctx);
+void cann_graph_cache_free(cann_backend_ctx *ctx);   /* stream idle */
+int32_t cann_graph_cache_size(const cann_backend_ctx *ctx);
+/* Runs graph through the cache: replay on a hit; on a miss, run_eager then capture. */
+clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,
+                                       clm_status (*run_eager)(cann_backend_ctx *, clm_graph *));
 
 /* ---- backend (cann_backend.c) ------------------------------------------------------------------ */
 clm_status cann_backend_init(clm_device *dev, clm_backend **out);

@@ -1,73 +1,22 @@
-/* cann_pool.c - the backend's temporary-memory pool: creation, the temporaries API the ops use,
- * and the public statistics / test entry points.
- *
- * The pool here is the simplest correct one: each request is an aclrtMalloc, and freed blocks
- * are released once the stream has been synchronized. The slot and VMM pools replace it. */
+/* cann_pool.c - the backend's temporary-memory pool: choosing the kind, the temporaries API the
+ * ops use, and the public statistics / test entry points. The pools themselves are in
+ * pool_legacy.c (slot table) and pool_vmm.c (virtual range grown by mapping physical chunks);
+ * docs/memory_pools.md describes both. */
 #include <stdlib.h>
+#include <string.h>
 
-#include "cann/cann_common.h"
+#include "cann/cann_pool.h"
 
-typedef struct simple_pool {
-    cann_pool base;
-    void **retired;       /* freed by the ops, still possibly used by queued work */
-    size_t n_retired, cap_retired;
-    size_t in_use, peak, allocated;
-} simple_pool;
-
-static clm_status simple_alloc(cann_pool *pool, size_t size, void **ptr, size_t *actual_size) {
-    simple_pool *p = (simple_pool *)pool;
-    size = (size + CANN_BUFFER_ALIGNMENT - 1) / CANN_BUFFER_ALIGNMENT * CANN_BUFFER_ALIGNMENT;
-    CANN_ACL(aclrtMalloc(ptr, size, ACL_MEM_MALLOC_HUGE_FIRST));
-    *actual_size = size;
-    p->in_use += size;
-    p->allocated += size;
-    if (p->in_use > p->peak) p->peak = p->in_use;
-    return CLM_OK;
-}
-
-static clm_status simple_free(cann_pool *pool, void *ptr, size_t size) {
-    simple_pool *p = (simple_pool *)pool;
-    if (p->n_retired == p->cap_retired) {
-        size_t cap = p->cap_retired ? 2 * p->cap_retired : 16;
-        void **retired = realloc(p->retired, cap * sizeof(*retired));
-        if (retired == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
-        p->retired = retired;
-        p->cap_retired = cap;
+/* GGML_CANN_MEM_POOL: "leg" picks the slot pool; anything else (or unset) the VMM pool when the
+ * device reports an allocation granularity, else the slot pool. */
+clm_status cann_pool_create(int device, aclrtStream stream, cann_pool **out) {
+    const char *kind = getenv("GGML_CANN_MEM_POOL");
+    if (kind == NULL || strcmp(kind, "leg") != 0) {
+        clm_status st = cann_pool_vmm_create(device, stream, out);
+        if (st != CLM_ERR_UNSUPPORTED) return st;
+        clm_clear_error();
     }
-    p->retired[p->n_retired++] = ptr;
-    p->in_use -= size < p->in_use ? size : p->in_use;
-    return CLM_OK;
-}
-
-static void simple_synchronized(cann_pool *pool) {
-    simple_pool *p = (simple_pool *)pool;
-    for (size_t i = 0; i < p->n_retired; i++) aclrtFree(p->retired[i]);
-    p->n_retired = 0;
-    p->allocated = p->in_use;
-}
-
-static void simple_stats(const cann_pool *pool, clm_cann_stats *out) {
-    const simple_pool *p = (const simple_pool *)pool;
-    out->pool_kind = CLM_POOL_LEGACY;
-    out->pool_in_use = p->in_use;
-    out->pool_peak = p->peak;
-    out->pool_mapped = p->allocated;
-}
-
-static void simple_destroy(cann_pool *pool) {
-    simple_synchronized(pool);
-    free(((simple_pool *)pool)->retired);
-    free(pool);
-}
-
-clm_status cann_pool_create(int device, cann_pool **out) {
-    simple_pool *p = calloc(1, sizeof(*p));
-    if (p == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
-    p->base.iface = (struct cann_pool_i){simple_alloc, simple_free, simple_synchronized, simple_stats,
-                                         simple_destroy};
-    p->base.device = device;
-    *out = &p->base;
-    return CLM_OK;
+    return cann_pool_legacy_create(device, stream, out);
 }
 
 /* ---- temporaries for the ops ---------------------------------------------------------------- */
@@ -95,6 +44,7 @@ clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
     ctx->pool->iface.stats(ctx->pool, out);
     out->graph_captures = ctx->graph_captures;
     out->graph_replays = ctx->graph_replays;
+    out->graph_cached = cann_graph_cache_size(ctx);
     return CLM_OK;
 }
 

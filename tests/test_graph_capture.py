@@ -1,0 +1,160 @@
+"""ACL graph mode (GGML_CANN_ACL_GRAPH, read when a backend is created): a multi-node graph
+computed through capture/replay gives the same bytes as eager execution, a repeated graph is a
+replay, any change of a node's op_params, shape or data address forces a recapture, and the LRU
+of captured graphs (GGML_CANN_GRAPH_CACHE_CAPACITY) evicts the least recently used one.
+Shapes passed to new_tensor are ggml order; numpy arrays are the reverse.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+
+def _backend(device, graph: bool, capacity: int | None = None, pool: str | None = None):
+    saved = {k: os.environ.get(k) for k in ("GGML_CANN_ACL_GRAPH", "GGML_CANN_GRAPH_CACHE_CAPACITY",
+                                            "GGML_CANN_MEM_POOL")}
+    os.environ["GGML_CANN_ACL_GRAPH"] = "1" if graph else "0"
+    if capacity is not None:
+        os.environ["GGML_CANN_GRAPH_CACHE_CAPACITY"] = str(capacity)
+    if pool is not None:
+        os.environ["GGML_CANN_MEM_POOL"] = pool
+    try:
+        return device.init_backend()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class Chain:
+    """x, y [n0, n1] F32 -> h = F16(((x + y) * x) + y): ADD, MUL, ADD, CPY."""
+
+    def __init__(self, clm, device, n0=64, n1=8):
+        self.ctx = clm.Context(64)
+        self.x = self.ctx.new_tensor(clm.TensorType.F32, [n0, n1], name="x")
+        self.y = self.ctx.new_tensor(clm.TensorType.F32, [n0, n1], name="y")
+        a = self.ctx.add(self.x, self.y)
+        b = self.ctx.mul(a, self.x)
+        self.c = self.ctx.add(b, self.y)
+        self.h = self.ctx.new_tensor(clm.TensorType.F16, [n0, n1], name="h")
+        self.out = self.ctx.cpy(self.c, self.h)
+        self.graph = self.ctx.new_graph().build_forward(self.out)
+        self.buffer = self.ctx.alloc_tensors(device.buffer_type)
+        self.shape = (n1, n0)
+
+    def run(self, backend, seed: int) -> bytes:
+        rng = np.random.default_rng(seed)
+        self.x.set(rng.standard_normal(self.shape).astype(np.float32))
+        self.y.set(rng.standard_normal(self.shape).astype(np.float32))
+        backend.graph_compute(self.graph)
+        backend.synchronize()
+        return self.h.get().tobytes()
+
+    def close(self):
+        self.buffer.close()
+        self.ctx.close()
+
+
+@pytest.fixture
+def chain(clm, device):
+    c = Chain(clm, device)
+    yield c
+    c.close()
+
+
+def test_capture_replay_matches_eager(clm, device, chain):
+    with _backend(device, graph=False) as eager, _backend(device, graph=True) as graph:
+        want = [chain.run(eager, seed) for seed in range(4)]
+        assert eager.stats()["graph_captures"] == 0
+        got = [chain.run(graph, seed) for seed in range(4)]
+        assert got == want
+        stats = graph.stats()
+        if stats["pool_kind"] != "vmm":
+            pytest.skip("graph mode needs the VMM pool")
+        assert stats["graph_captures"] == 1          # the first compute captured
+        assert stats["graph_replays"] == 3           # ... and the others replayed it
+        assert stats["graph_cached"] == 1
+
+
+def test_graph_mode_off_with_the_slot_pool(clm, device, chain):
+    with _backend(device, graph=True, pool="leg") as backend:
+        chain.run(backend, 0)
+        chain.run(backend, 1)
+        stats = backend.stats()
+        assert stats["pool_kind"] == "legacy"
+        assert stats["graph_captures"] == stats["graph_replays"] == stats["graph_cached"] == 0
+
+
+def _vmm_graph_backend(device, **kwargs):
+    backend = _backend(device, graph=True, **kwargs)
+    if backend.stats()["pool_kind"] != "vmm":
+        backend.close()
+        pytest.skip("graph mode needs the VMM pool")
+    return backend
+
+
+def test_changed_node_forces_recapture(clm, device, chain):
+    with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as backend:
+        chain.run(backend, 0)
+        chain.run(backend, 1)
+        assert (backend.stats()["graph_captures"], backend.stats()["graph_replays"]) == (1, 1)
+
+        # different op_params on one node (ADD ignores them, but the key must not)
+        chain.c.c.op_params[0] = 7
+        assert chain.run(backend, 2) == chain.run(eager, 2)
+        assert (backend.stats()["graph_captures"], backend.stats()["graph_replays"]) == (2, 1)
+        chain.run(backend, 3)
+        assert backend.stats()["graph_replays"] == 2
+
+        # different data addresses: the same graph built again in another buffer
+        twin = Chain(clm, device)
+        twin.c.c.op_params[0] = 7
+        try:
+            assert twin.run(backend, 4) == chain.run(eager, 4)
+            assert (backend.stats()["graph_captures"], backend.stats()["graph_replays"]) == (3, 2)
+            assert twin.run(backend, 5) == chain.run(eager, 5)
+            assert backend.stats()["graph_replays"] == 3
+        finally:
+            twin.close()
+
+    # different shape: another graph with the same ops
+    with _vmm_graph_backend(device) as backend:
+        small, large = Chain(clm, device, 32, 4), Chain(clm, device, 32, 5)
+        try:
+            small.run(backend, 0)
+            large.run(backend, 0)
+            small.run(backend, 1)
+            stats = backend.stats()
+            assert (stats["graph_captures"], stats["graph_replays"], stats["graph_cached"]) == (2, 1, 2)
+        finally:
+            small.close()
+            large.close()
+
+
+def test_lru_eviction(clm, device):
+    with _vmm_graph_backend(device, capacity=2) as backend:
+        chains = [Chain(clm, device, 16 * (i + 1), 2) for i in range(3)]
+        try:
+            for c in chains:
+                c.run(backend, 0)
+            stats = backend.stats()
+            assert stats["graph_captures"] == 3 and stats["graph_cached"] == 2
+            chains[2].run(backend, 1)                 # most recent: replay
+            assert backend.stats()["graph_replays"] == 1
+            chains[0].run(backend, 1)                 # evicted: captured again (evicts chains[1])
+            assert backend.stats()["graph_captures"] == 4
+            chains[2].run(backend, 2)
+            assert backend.stats()["graph_replays"] == 2
+            chains[1].run(backend, 2)
+            assert backend.stats()["graph_captures"] == 5
+        finally:
+            for c in chains:
+                c.close()
+
+
+def test_bad_cache_capacity_is_an_error(clm, device):
+    with pytest.raises(clm.CannError, match="GGML_CANN_GRAPH_CACHE_CAPACITY"):
+        _backend(device, graph=True, capacity=0)
