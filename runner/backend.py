@@ -340,6 +340,69 @@ class Context(_Owned):
         check(lib.clm_cont(self._handle(), a.c, out), "clm_cont")
         return self._tensor(out)
 
+    # LLM ops: ggml's shapes and op_params (cann_llm.h); tensors in ggml order
+    def _unary_node(self, fn, a, *args, what: str) -> "Tensor":
+        out = ffi.new("clm_tensor **")
+        check(fn(self._handle(), a.c, *args, out), what)
+        return self._tensor(out)
+
+    def mul_mat(self, a, b) -> "Tensor":
+        """a [K, N, ne2, ne3] (weights) x b [K, M, ne12, ne13] -> F32 [N, M, ne12, ne13]."""
+        return self._binary(lib.clm_mul_mat, a, b, "clm_mul_mat")
+
+    def get_rows(self, a, rows) -> "Tensor":
+        return self._binary(lib.clm_get_rows, a, rows, "clm_get_rows")
+
+    def set_rows(self, dst, src, rows) -> "Tensor":
+        """src's rows into dst at `rows` (I32/I64); the result is a view of dst."""
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_set_rows(self._handle(), dst.c, src.c, rows.c, out), "clm_set_rows")
+        return self._tensor(out)
+
+    def rms_norm(self, a, eps: float) -> "Tensor":
+        return self._unary_node(lib.clm_rms_norm, a, eps, what="clm_rms_norm")
+
+    def scale(self, a, s: float, b: float = 0.0) -> "Tensor":
+        return self._unary_node(lib.clm_scale, a, s, b, what="clm_scale")
+
+    def rope_ext(self, a, pos, freq_factors, n_dims: int, mode: int = 0, n_ctx_orig: int = 0,
+                 freq_base: float = 10000.0, freq_scale: float = 1.0, ext_factor: float = 0.0,
+                 attn_factor: float = 1.0, beta_fast: float = 32.0,
+                 beta_slow: float = 1.0) -> "Tensor":
+        out = ffi.new("clm_tensor **")
+        factors = ffi.NULL if freq_factors is None else freq_factors.c
+        check(lib.clm_rope_ext(self._handle(), a.c, pos.c, factors, n_dims, mode, n_ctx_orig,
+                               freq_base, freq_scale, ext_factor, attn_factor, beta_fast,
+                               beta_slow, out), "clm_rope_ext")
+        return self._tensor(out)
+
+    def soft_max_ext(self, a, mask=None, scale: float = 1.0, max_bias: float = 0.0) -> "Tensor":
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_soft_max_ext(self._handle(), a.c, ffi.NULL if mask is None else mask.c,
+                                   scale, max_bias, out), "clm_soft_max_ext")
+        return self._tensor(out)
+
+    def flash_attn_ext(self, q, k, v, mask=None, scale: float = 1.0, max_bias: float = 0.0,
+                       logit_softcap: float = 0.0) -> "Tensor":
+        """-> F32 [Dv, n_head, n_q, n_seq] (permuted, as ggml)."""
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_flash_attn_ext(self._handle(), q.c, k.c, v.c,
+                                     ffi.NULL if mask is None else mask.c, scale, max_bias,
+                                     logit_softcap, out), "clm_flash_attn_ext")
+        return self._tensor(out)
+
+    def argmax(self, a) -> "Tensor":
+        return self._unary_node(lib.clm_argmax, a, what="clm_argmax")
+
+    def silu(self, a) -> "Tensor":
+        return self._unary_node(lib.clm_silu, a, what="clm_silu")
+
+    def swiglu(self, a, swapped: bool = False) -> "Tensor":
+        return self._unary_node(lib.clm_swiglu, a, bool(swapped), what="clm_swiglu")
+
+    def swiglu_split(self, a, b) -> "Tensor":
+        return self._binary(lib.clm_swiglu_split, a, b, "clm_swiglu_split")
+
     def new_op(self, op: int, tensor_type: int, ne, srcs, params: bytes = b"") -> "Tensor":
         """A generic node: result type and shape (ggml order) computed by the caller."""
         ne_c = ffi.new("int64_t[]", list(ne))

@@ -44,6 +44,13 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_test_ops(args: argparse.Namespace) -> int:
+    """Check the device's ops against the CPU reference (cann_llm.tools.opcheck)."""
+    from .tools import opcheck
+
+    return opcheck.main_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cann-llm", description="Run GGUF language models on Ascend NPUs (or acl_host).")
@@ -51,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     devices = commands.add_parser("devices", help="list CANN devices and their memory")
     devices.set_defaults(handler=cmd_devices)
+    test_ops = commands.add_parser(
+        "test-ops", help="check the device's ops against the CPU reference (test-backend-ops)")
+    from .tools import add_arguments as add_test_ops_arguments
+    add_test_ops_arguments(test_ops)
+    test_ops.set_defaults(handler=cmd_test_ops)
     return parser
 
 

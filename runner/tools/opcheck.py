@@ -1,0 +1,855 @@
+"""The op checker behind `cann-llm test-ops`, in the style of ggml's test-backend-ops.
+
+Each case builds a small graph with the C core, runs it on a CANN device and on the numpy
+reference (cann_llm.reference), and compares every computed node by NMSE against a per-op
+threshold, with NaN/inf checks and guard bytes around every tensor. A case the device declines
+(supports_op) is reported `not supported` and is no failure. Shapes are ggml order (ne0 first).
+"""
+
+import argparse
+import csv
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .. import reference as ref
+from ..backend import CannError, Context, Op, Registry, TensorType
+from . import add_arguments
+
+GUARD_BYTES = 256            # at least this many pattern bytes before and after every tensor
+
+# ---- thresholds ---------------------------------------------------------------------------------
+# NMSE = sum((device - reference)^2) / sum(reference^2). The reference computes in float64 and
+# rounds once to the node's type; the device computes in float32 and, by DESIGN.md §2, casts
+# some operands to F16 (matmul and attention activations) as the NPU's cube unit does.
+DEFAULT_NMSE = 1e-7
+OP_NMSE = {
+    "SOFT_MAX": 1e-6,
+    "MUL_MAT": 5e-4,          # F16 activations into the cube unit, F32 accumulation
+    "FLASH_ATTN_EXT": 5e-4,   # F16 Q/K/V and probabilities, F32 accumulation
+}
+EXACT_OPS = {"ARGMAX"}        # and CPY/DUP/CONT between equal types
+# One rounding to F16 leaves a relative error uniform in +-2^-11: NMSE 2^-22/3 ~ 8e-8 per
+# rounding step; BF16 (2^-8): ~5e-6 per step. A device may round intermediate results to the
+# half type (F16 inputs/outputs are computed through F16 aclTensors), so an op touching a half
+# type gets room for a few such steps.
+HALF_NMSE = {TensorType.F16: 1e-6, TensorType.BF16: 5e-5}
+# Quantization steps per block, from a block's float values: the size of one level.
+_QUANT_STEP = {
+    TensorType.Q8_0: lambda b: np.max(np.abs(b), axis=-1) / 127.0,
+    TensorType.Q4_0: lambda b: np.max(np.abs(b), axis=-1) / 8.0,
+    TensorType.Q4_1: lambda b: (np.max(b, axis=-1) - np.min(b, axis=-1)) / 15.0,
+}
+
+
+def nmse_threshold(case: "Case", node, expected: np.ndarray) -> float:
+    """The largest NMSE allowed for `node` of `case` (0 means bit-exact)."""
+    if case.threshold is not None:
+        return case.threshold
+    desc = node.op_desc
+    srcs = node.src
+    if desc in EXACT_OPS:
+        return 0.0
+    if node.op in (Op.CPY, Op.DUP, Op.CONT) and srcs and srcs[0].type == node.type:
+        return 0.0
+    if node.type in _QUANT_STEP:
+        # users.md §1.4: one quantization step off everywhere, over the signal energy
+        blocks = np.asarray(expected, dtype=np.float64).reshape(-1, 32)
+        steps = _QUANT_STEP[node.type](blocks)
+        energy = float(np.sum(blocks * blocks))
+        return float(np.sum(steps * steps) * 32 / energy) if energy > 0 else 0.0
+    limit = OP_NMSE.get(desc, DEFAULT_NMSE)
+    for t in [node, *srcs]:
+        limit = max(limit, HALF_NMSE.get(t.type, 0.0))
+    return limit
+
+
+# ---- cases ------------------------------------------------------------------------------------------
+
+def _fmt(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_fmt(v) for v in value) + "]"
+    if isinstance(value, TensorType):
+        return value.name.lower()
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+@dataclass
+class Case:
+    """One test: `build(b)` adds inputs through the Builder and returns the result tensor(s)."""
+    op: str
+    params: dict
+    build: Callable
+    threshold: float | None = None
+
+    @property
+    def vars(self) -> str:
+        return ",".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}({self.vars})"
+
+
+@dataclass
+class Input:
+    tensor: object
+    init: Callable   # rng -> values (numpy order) before encoding to the tensor's type
+
+
+class Builder:
+    """Creates a case's input tensors with the way each is initialised (users.md §1.5)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.inputs: list[Input] = []
+
+    def new(self, ttype, ne, init: Callable | None = None, lo: float = -1.0, hi: float = 1.0,
+            name: str | None = None):
+        ne = list(ne) + [1] * (4 - len(ne))
+        tensor = self.ctx.new_tensor(ttype, ne, name=name or f"in{len(self.inputs)}")
+        shape = tuple(reversed(ne))
+        if init is None:
+            def init(rng, shape=shape):
+                return rng.uniform(lo, hi, size=shape).astype(np.float32)
+        self.inputs.append(Input(tensor, init))
+        return tensor
+
+    def rows(self, ttype, ne, n_rows: int, unique: bool = False, name=None):
+        """Row indices in [0, n_rows); unique along ne0 when the rows are written (SET_ROWS)."""
+        ne = list(ne) + [1] * (4 - len(ne))
+
+        def init(rng, shape=tuple(reversed(ne))):
+            if not unique:
+                return rng.integers(0, n_rows, size=shape)
+            flat = [rng.permutation(n_rows)[: shape[-1]] for _ in range(int(np.prod(shape[:-1])))]
+            return np.array(flat).reshape(shape)
+        return self.new(ttype, ne, init, name=name)
+
+    def positions(self, n_tokens: int, n_ctx: int = 512):
+        return self.new(TensorType.I32, [n_tokens],
+                        lambda rng, n=n_tokens: rng.integers(0, n_ctx, size=(1, 1, 1, n)))
+
+    def mask(self, ttype, ne, additive: bool = True, p_inf: float = 0.25):
+        """A KQ mask: -inf at random places (never a whole row); other entries uniform [-1, 1]
+        (additive) or 0."""
+        ne = list(ne) + [1] * (4 - len(ne))
+
+        def init(rng, shape=tuple(reversed(ne))):
+            values = (rng.uniform(-1, 1, size=shape) if additive else np.zeros(shape))
+            blocked = rng.random(shape) < p_inf
+            keep = rng.integers(0, shape[-1], size=shape[:-1])
+            np.put_along_axis(blocked, keep[..., None], False, axis=-1)
+            values[blocked] = -np.inf
+            return values.astype(np.float32)
+        return self.new(ttype, ne, init)
+
+
+F32, F16, BF16 = TensorType.F32, TensorType.F16, TensorType.BF16
+Q8_0, Q4_0, Q4_1 = TensorType.Q8_0, TensorType.Q4_0, TensorType.Q4_1
+I32, I64 = TensorType.I32, TensorType.I64
+
+
+def _permuted(b: Builder, ttype, ne, perm, lo=-1.0, hi=1.0):
+    """A tensor whose logical shape is `ne`, stored permuted: a view with permuted strides."""
+    stored = [0] * 4
+    for i in range(4):
+        stored[perm[i]] = ne[i]
+    base = b.new(ttype, stored, lo=lo, hi=hi)
+    inverse = [perm.index(i) for i in range(4)]
+    return b.ctx.permute(base, *inverse)
+
+
+def _binary_cases() -> list[Case]:
+    cases = []
+    shapes = [([10, 5, 4, 3], [1, 1, 1, 1]), ([10, 5, 4, 3], [2, 1, 1, 1]),
+              ([10, 5, 4, 3], [1, 2, 1, 1]), ([10, 5, 4, 3], [1, 1, 2, 1]),
+              ([10, 5, 4, 3], [1, 1, 1, 2]), ([10, 5, 4, 3], [2, 2, 2, 2]),
+              ([16, 1, 1, 1], [1, 7, 3, 1]), ([576, 1, 1, 1], [1, 7, 1, 1]),
+              ([896, 1, 1, 1], [1, 5, 1, 1]), ([4096, 1, 1, 1], [1, 3, 1, 1]),
+              ([1, 1, 1, 1], [33, 3, 1, 1])]
+    for op in ("ADD", "MUL"):
+        for ttype in (F32, F16):
+            for ne, nr in shapes:
+                cases.append(_bin_case(op, ttype, ttype, ne, nr))
+        for ta, tb in ((F16, F32), (F32, F16), (BF16, BF16)):
+            cases.append(_bin_case(op, ta, tb, [10, 5, 4, 3], [2, 1, 1, 1]))
+        cases.append(_bin_case(op, F32, F32, [16, 5, 4, 3], [1, 1, 1, 1], perm=True))
+    return cases
+
+
+def _bin_case(op, ta, tb, ne, nr, perm=False) -> Case:
+    ne_a = [n * r for n, r in zip(ne, nr)]
+
+    def build(b):
+        a = (_permuted(b, ta, ne_a, [0, 2, 1, 3]) if perm else b.new(ta, ne_a))
+        x = b.new(tb, ne)
+        return (b.ctx.add if op == "ADD" else b.ctx.mul)(a, x)
+    params = {"type_a": ta, "type_b": tb, "ne": ne, "nr": nr}
+    if perm:
+        params["perm_a"] = [0, 2, 1, 3]
+    return Case(op, params, build)
+
+
+def _scale_cases() -> list[Case]:
+    cases = []
+    for ttype, ne, s, bias in [(F32, [10, 10, 10, 10], 2.0, 0.0), (F32, [10, 10, 10, 10], 2.0, 1.0),
+                               (F32, [64, 9, 7, 1], 0.125, 0.0), (F16, [64, 9, 7, 1], 0.125, 0.0),
+                               (F32, [33, 5, 1, 1], -0.5, 0.25)]:
+        cases.append(Case("SCALE", {"type": ttype, "ne": ne, "scale": s, "bias": bias},
+                          lambda b, t=ttype, n=ne, s=s, c=bias: b.ctx.scale(b.new(t, n), s, c)))
+    return cases
+
+
+def _rms_norm_cases() -> list[Case]:
+    cases = []
+    for ttype in (F32, F16):
+        for ne in ([64, 5, 4, 3], [576, 7, 1, 1], [896, 1, 1, 1], [4096, 3, 1, 1], [1025, 2, 1, 1],
+                   [33, 3, 1, 1]):
+            for eps in (1e-6, 1e-5) if ne[0] == 64 else (1e-5,):
+                cases.append(Case("RMS_NORM", {"type": ttype, "ne": ne, "eps": eps},
+                                  lambda b, t=ttype, n=ne, e=eps: b.ctx.rms_norm(
+                                      b.new(t, n, lo=-10, hi=10), e)))
+    # non-contiguous rows: a permuted source
+    cases.append(Case("RMS_NORM", {"type": F32, "ne": [64, 5, 4, 3], "eps": 1e-6, "v": 1},
+                      lambda b: b.ctx.rms_norm(_permuted(b, F32, [64, 5, 4, 3], [0, 2, 1, 3],
+                                                         -10, 10), 1e-6)))
+    return cases
+
+
+def _mul_mat_case(type_a, type_b, m, n, k, bs=(1, 1), nr=(1, 1), per=None, lo=-1.0, hi=1.0):
+    """ggml's naming: a is [k, m] (weights), b is [k, n]; bs batches of a, nr repeats of them."""
+    def build(b):
+        a = b.new(type_a, [k, m, bs[0], bs[1]], lo=lo, hi=hi)
+        ne_b = [k, n, bs[0] * nr[0], bs[1] * nr[1]]
+        x = _permuted(b, type_b, ne_b, per) if per else b.new(type_b, ne_b)
+        return b.ctx.mul_mat(a, x)
+    params = {"type_a": type_a, "type_b": type_b, "m": m, "n": n, "k": k, "bs": list(bs),
+              "nr": list(nr)}
+    if per:
+        params["per"] = list(per)
+    return Case("MUL_MAT", params, build)
+
+
+def _mul_mat_cases() -> list[Case]:
+    cases = []
+    weight_types = (F32, F16, BF16, Q8_0, Q4_0, Q4_1)
+    for type_a in weight_types:
+        for m, n, k in [(16, 1, 256), (16, 7, 256), (33, 1, 64), (64, 5, 32), (576, 1, 576),
+                        (192, 3, 576), (64, 1, 1536)]:
+            cases.append(_mul_mat_case(type_a, F32, m, n, k))
+        if type_a == BF16:
+            cases.append(_mul_mat_case(type_a, type_a, 16, 4, 256))
+        cases.append(_mul_mat_case(type_a, F16, 16, 4, 256))
+    for type_a in (F32, F16, Q8_0, Q4_0):
+        for bs, nr in [((2, 1), (1, 1)), ((3, 2), (1, 1)), ((2, 1), (2, 1)), ((1, 1), (4, 1)),
+                       ((2, 2), (1, 2))]:
+            cases.append(_mul_mat_case(type_a, F32, 16, 5, 64, bs, nr))
+        cases.append(_mul_mat_case(type_a, F32, 16, 5, 64, (3, 2), (1, 1), per=[0, 2, 1, 3]))
+        cases.append(_mul_mat_case(type_a, F32, 16, 5, 64, (1, 1), (1, 1), per=[0, 1, 3, 2]))
+    # attention-like float products: K^T Q and V softmax with GQA broadcast (nr)
+    cases.append(_mul_mat_case(F16, F32, 113, 7, 64, (3, 1), (3, 1)))
+    cases.append(_mul_mat_case(F16, F32, 64, 1, 113, (2, 1), (7, 1)))
+    # model-shaped, kept small in k; n past 65535 rows in the output projection
+    for type_a, m, n, k in [(Q4_0, 4096, 1, 128), (Q4_0, 4096, 3, 128), (Q4_1, 11008, 1, 64),
+                            (Q8_0, 1536, 2, 576), (Q4_1, 576, 1, 1536), (Q8_0, 32000, 1, 64),
+                            (Q4_1, 49152, 1, 32), (F16, 65600, 1, 64), (Q8_0, 151936, 1, 32),
+                            (Q4_0, 70000, 2, 64)]:
+        cases.append(_mul_mat_case(type_a, F32, m, n, k))
+    return cases
+
+
+def _get_rows_cases() -> list[Case]:
+    cases = []
+    for ttype in (F32, F16, BF16, Q8_0, Q4_0, Q4_1):
+        for ne0, n_rows, n_idx, batch in [(256, 5, 4, 1), (256, 5, 4, 3), (576, 100, 7, 1),
+                                          (64, 1000, 1, 1)]:
+            cases.append(_get_rows_case(ttype, ne0, n_rows, n_idx, batch))
+        cases.append(_get_rows_case(ttype, 64, 49152, 5, 1))
+    cases.append(_get_rows_case(I32, 8, 10, 4, 2))
+    return cases
+
+
+def _get_rows_case(ttype, ne0, n_rows, n_idx, batch) -> Case:
+    def build(b):
+        table = b.new(ttype, [ne0, n_rows, batch, 1])
+        if ttype == I32:
+            table_init = b.inputs[-1]
+            table_init.init = lambda rng, s=tuple(reversed([ne0, n_rows, batch, 1])): \
+                rng.integers(-1000, 1000, size=s)
+        rows = b.rows(I32, [n_idx, batch], n_rows)
+        return b.ctx.get_rows(table, rows)
+    return Case("GET_ROWS", {"type": ttype, "n": ne0, "m": n_rows, "r": n_idx, "b": batch}, build)
+
+
+def _set_rows_cases() -> list[Case]:
+    cases = []
+    for dst_type in (F32, F16, BF16):
+        for idx_type in (I32, I64):
+            for ne, n_rows, ne11 in [([64, 4, 3, 1], 10, 3), ([64, 4, 3, 1], 10, 1),
+                                     ([192, 7, 1, 1], 256, 1), ([128, 1, 1, 1], 64, 1)]:
+                cases.append(_set_rows_case(dst_type, idx_type, ne, n_rows, ne11))
+    cases.append(_set_rows_case(F16, I64, [64, 3, 2, 2], 20, 2, src_type=F16))
+    return cases
+
+
+def _set_rows_case(dst_type, idx_type, ne, n_rows, ne11, src_type=F32) -> Case:
+    def build(b):
+        dst = b.new(dst_type, [ne[0], n_rows, ne[2], ne[3]])
+        src = b.new(src_type, ne)
+        rows = b.rows(idx_type, [ne[1], ne11, ne[3]], n_rows, unique=True)
+        return b.ctx.set_rows(dst, src, rows)
+    return Case("SET_ROWS", {"type": dst_type, "type_src": src_type, "type_idx": idx_type,
+                             "ne": ne, "n_rows": n_rows, "ne11": ne11}, build)
+
+
+def _cpy_cases() -> list[Case]:
+    cases = []
+    pairs = [(F32, F32), (F32, F16), (F16, F32), (F16, F16), (F32, BF16), (BF16, F32),
+             (BF16, BF16), (F16, BF16)]
+    for src_type, dst_type in pairs:
+        for ne, perm in [([256, 4, 4, 4], None), ([7, 13, 5, 1], None),
+                         ([256, 4, 4, 4], [0, 2, 1, 3]), ([64, 9, 7, 1], [1, 0, 2, 3])]:
+            cases.append(_cpy_case("CPY", src_type, dst_type, ne, perm))
+    # into a non-contiguous destination: a transposed view of dst
+    cases.append(_cpy_case("CPY", F32, F16, [16, 8, 1, 1], None, dst_perm=True))
+    cases.append(_cpy_case("CPY", F32, F32, [16, 8, 3, 1], None, dst_perm=True))
+    for ttype in (F32, F16, BF16):
+        cases.append(_cpy_case("CONT", ttype, ttype, [64, 9, 7, 1], [0, 2, 1, 3]))
+        cases.append(_cpy_case("CONT", ttype, ttype, [10, 10, 10, 1], [1, 0, 2, 3]))
+        cases.append(_cpy_case("DUP", ttype, ttype, [10, 10, 10, 1], None))
+    cases.append(_cpy_case("DUP", F32, F32, [64, 9, 7, 1], [0, 2, 1, 3]))
+    return cases
+
+
+def _cpy_case(op, src_type, dst_type, ne, perm, dst_perm=False) -> Case:
+    lo, hi = -150.0, 150.0
+
+    def build(b):
+        src = _permuted(b, src_type, ne, perm, lo, hi) if perm else b.new(src_type, ne, lo=lo,
+                                                                            hi=hi)
+        if op == "CONT":
+            return b.ctx.cont(src)
+        if op == "DUP":
+            return b.ctx.new_op(Op.DUP, dst_type, src.ne, [src])
+        if dst_perm:
+            dst = b.ctx.transpose(b.new(dst_type, [ne[1], ne[0], ne[2], ne[3]]))
+        else:
+            dst = b.new(dst_type, ne)
+        return b.ctx.cpy(src, dst)
+    params = {"type_src": src_type, "type_dst": dst_type, "ne": ne}
+    if perm:
+        params["permute"] = perm
+    if dst_perm:
+        params["dst_permute"] = [1, 0, 2, 3]
+    return Case(op, params, build)
+
+
+def _rope_cases() -> list[Case]:
+    cases = []
+    shapes = [([128, 32, 2, 1], 128), ([64, 9, 7, 1], 64), ([64, 3, 7, 1], 64),
+              ([64, 14, 5, 1], 64), ([80, 32, 2, 1], 32), ([64, 2, 1, 1], 64)]
+    for mode in (0, ref.ROPE_TYPE_NEOX):
+        for ttype in (F32, F16):
+            for ne, n_dims in shapes:
+                cases.append(_rope_case(ttype, ne, n_dims, mode))
+        # frequency base/scale, YaRN (ext_factor, attn_factor, beta), freq_factors
+        for fb, fs, ef, af in [(1000000.0, 1.0, 0.0, 1.0), (10000.0, 0.5, 0.0, 1.0),
+                               (10000.0, 0.25, 1.0, 1.0), (500000.0, 0.125, 1.0, 0.9),
+                               (10000.0, 1.0, 0.0, 2.0)]:
+            cases.append(_rope_case(F32, [64, 9, 7, 1], 64, mode, fb, fs, ef, af))
+        cases.append(_rope_case(F32, [128, 4, 5, 1], 128, mode, ff=True))
+        cases.append(_rope_case(F32, [128, 4, 5, 1], 64, mode, 10000.0, 0.25, 1.0, 1.0, ff=True))
+        cases.append(_rope_case(F32, [64, 9, 7, 1], 64, mode, view=True))
+    return cases
+
+
+def _rope_case(ttype, ne, n_dims, mode, freq_base=10000.0, freq_scale=1.0, ext_factor=0.0,
+               attn_factor=1.0, ff=False, view=False) -> Case:
+    n_ctx_orig = 4096
+
+    def build(b):
+        if view:   # a head slice of a wider fused tensor (non-contiguous rows)
+            wide = b.new(ttype, [ne[0] * 2, ne[1], ne[2], ne[3]])
+            x = b.ctx.view_4d(wide, ne, list(wide.nb[1:]), 0)
+        else:
+            x = b.new(ttype, ne)
+        pos = b.positions(ne[2])
+        factors = (b.new(F32, [n_dims // 2], lo=0.9, hi=1.1) if ff else None)
+        return b.ctx.rope_ext(x, pos, factors, n_dims, mode, n_ctx_orig, freq_base, freq_scale,
+                              ext_factor, attn_factor, 32.0, 1.0)
+    params = {"type": ttype, "ne": ne, "n_dims": n_dims, "mode": mode, "freq_base": freq_base,
+              "freq_scale": freq_scale, "ext_factor": ext_factor, "attn_factor": attn_factor,
+              "ff": int(ff), "v": int(view)}
+    return Case("ROPE", params, build)
+
+
+def _soft_max_cases() -> list[Case]:
+    cases = []
+    for ne in ([16, 16, 1, 1], [32, 7, 9, 1], [113, 1, 14, 1], [1025, 3, 2, 1], [77, 5, 4, 2]):
+        for mask_type in (None, F16, F32):
+            for scale, max_bias in ((1.0, 0.0), (0.125, 0.0), (0.1, 8.0)):
+                if mask_type is None and max_bias > 0:
+                    continue
+                cases.append(_soft_max_case(ne, mask_type, scale, max_bias))
+    cases.append(_soft_max_case([32, 7, 9, 1], F16, 0.125, 0.0, mask_rows=16))
+    cases.append(_soft_max_case([32, 7, 4, 3], F32, 1.0, 0.0, mask_heads=True))
+    return cases
+
+
+def _soft_max_case(ne, mask_type, scale, max_bias, mask_rows=None, mask_heads=False) -> Case:
+    def build(b):
+        x = b.new(F32, ne)
+        mask = None
+        if mask_type is not None:
+            m_ne = [ne[0], mask_rows or ne[1], ne[2] if mask_heads else 1,
+                    ne[3] if mask_heads else 1]
+            mask = b.mask(mask_type, m_ne)
+        return b.ctx.soft_max_ext(x, mask, scale, max_bias)
+    params = {"ne": ne, "mask": "none" if mask_type is None else mask_type, "scale": scale, "max_bias": max_bias}
+    if mask_rows:
+        params["mask_rows"] = mask_rows
+    if mask_heads:
+        params["mask_heads"] = 1
+    return Case("SOFT_MAX", params, build)
+
+
+def _flash_attn_cases() -> list[Case]:
+    cases = []
+    for hs in (64, 128):
+        for n_head, n_head_kv in ((4, 4), (9, 3), (8, 2), (14, 2)):
+            for n_q in (1, 7):
+                cases.append(_fa_case(hs, n_head, n_head_kv, 113, n_q))
+    cases.append(_fa_case(128, 32, 32, 64, 1))                  # Llama-7B decode shape
+    cases.append(_fa_case(64, 9, 3, 256, 32))                   # SmolLM2 prefill chunk
+    cases.append(_fa_case(64, 14, 2, 256, 1, mask=False))
+    cases.append(_fa_case(64, 8, 2, 113, 7, max_bias=8.0))
+    cases.append(_fa_case(64, 8, 2, 113, 7, mask_pad=64))
+    cases.append(_fa_case(64, 8, 2, 113, 3, n_seq=2))
+    cases.append(_fa_case(64, 4, 4, 113, 7, kv_type=F32))
+    cases.append(_fa_case(64, 4, 4, 113, 7, softcap=30.0))     # no softcap in FIA: declined
+    return cases
+
+
+def _fa_case(hs, n_head, n_head_kv, n_kv, n_q, mask=True, max_bias=0.0, softcap=0.0,
+             mask_pad=0, n_seq=1, kv_type=F16) -> Case:
+    def build(b):
+        q = b.new(F32, [hs, n_q, n_head, n_seq])
+        k = b.new(kv_type, [hs, n_kv, n_head_kv, n_seq])
+        v = b.new(kv_type, [hs, n_kv, n_head_kv, n_seq])
+        m = (b.mask(F16, [n_kv, max(n_q, mask_pad), 1, 1], additive=False) if mask else None)
+        return b.ctx.flash_attn_ext(q, k, v, m, 1.0 / np.sqrt(hs), max_bias, softcap)
+    params = {"hs": hs, "nh": n_head, "nh_kv": n_head_kv, "kv": n_kv, "nb": n_q,
+              "mask": int(mask), "max_bias": max_bias, "softcap": softcap, "type_kv": kv_type}
+    if mask_pad:
+        params["mask_pad"] = mask_pad
+    if n_seq != 1:
+        params["n_seq"] = n_seq
+    return Case("FLASH_ATTN_EXT", params, build)
+
+
+def _glu_cases() -> list[Case]:
+    cases = []
+    for ttype in (F32, F16):
+        for ne in ([128, 2, 2, 2], [10, 7, 11, 3], [3072, 3, 1, 1], [9728, 1, 1, 1]):
+            for swapped in (0, 1):
+                cases.append(Case("SWIGLU", {"type": ttype, "ne": ne, "swapped": swapped},
+                                  lambda b, t=ttype, n=ne, s=swapped: b.ctx.swiglu(
+                                      b.new(t, n, lo=-150, hi=150), bool(s))))
+        for ne in ([128, 2, 2, 2], [5, 7, 11, 13], [1536, 3, 1, 1]):
+            cases.append(Case("SWIGLU", {"type": ttype, "ne": ne, "split": 1},
+                              lambda b, t=ttype, n=ne: b.ctx.swiglu_split(
+                                  b.new(t, n, lo=-150, hi=150), b.new(t, n, lo=-150, hi=150))))
+        # the halves of a fused gate/up result as two views (split with strided sources)
+        cases.append(Case("SWIGLU", {"type": ttype, "ne": [64, 5, 1, 1], "split": 1, "v": 1},
+                          lambda b, t=ttype: _swiglu_views(b, t)))
+        for ne in ([128, 2, 2, 2], [5, 7, 11, 13], [1536, 3, 1, 1]):
+            cases.append(Case("SILU", {"type": ttype, "ne": ne},
+                              lambda b, t=ttype, n=ne: b.ctx.silu(b.new(t, n, lo=-10, hi=10))))
+    return cases
+
+
+def _swiglu_views(b: Builder, ttype):
+    fused = b.new(ttype, [128, 5, 1, 1], lo=-150, hi=150)
+    size = fused.nb[0]
+    gate = b.ctx.view_4d(fused, [64, 5, 1, 1], list(fused.nb[1:]), 0)
+    up = b.ctx.view_4d(fused, [64, 5, 1, 1], list(fused.nb[1:]), 64 * size)
+    return b.ctx.swiglu_split(gate, up)
+
+
+def _argmax_cases() -> list[Case]:
+    cases = []
+    for ttype, ne in [(F32, [32000, 1]), (F32, [49152, 3]), (F32, [151936, 1]), (F32, [10, 7]),
+                      (F32, [1025, 4]), (F16, [4096, 2])]:
+        cases.append(Case("ARGMAX", {"type": ttype, "ne": ne},
+                          lambda b, t=ttype, n=ne: b.ctx.argmax(b.new(t, n))))
+    return cases
+
+
+def make_cases() -> list[Case]:
+    """Every case, in a stable order (the default `test` list)."""
+    return [*_binary_cases(), *_scale_cases(), *_rms_norm_cases(), *_mul_mat_cases(),
+            *_get_rows_cases(), *_set_rows_cases(), *_cpy_cases(), *_rope_cases(),
+            *_soft_max_cases(), *_flash_attn_cases(), *_glu_cases(), *_argmax_cases()]
+
+
+def select_cases(cases: list[Case], ops: list[str] | None, pattern: str | None) -> list[Case]:
+    """-o: op names (ADD, MUL_MAT, ...) or exact case strings; -p: a regex over the params."""
+    regex = re.compile(pattern) if pattern else None
+    chosen = []
+    for case in cases:
+        if ops and not any(entry == case.name if "(" in entry else entry == case.op
+                           for entry in ops):
+            continue
+        if regex and not regex.search(case.vars):
+            continue
+        chosen.append(case)
+    return chosen
+
+
+# ---- running a case -----------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    backend: str
+    mode: str
+    op: str
+    case: str
+    types: str
+    supported: bool
+    passed: bool | None = None       # None when not run (support mode or not supported)
+    error: str = ""
+    time_ms: float = 0.0
+    nmse: float | None = None
+    threshold: float | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _compute_nodes(graph) -> list:
+    return [n for n in graph.nodes if n.op not in (Op.VIEW, Op.RESHAPE, Op.PERMUTE,
+                                                   Op.TRANSPOSE)]
+
+
+def _types(nodes) -> str:
+    parts = []
+    for node in nodes:
+        srcs = ",".join(s.type.name.lower() for s in node.src)
+        parts.append(f"{node.op_desc}:{srcs}->{node.type.name.lower()}")
+    return " ".join(parts)
+
+
+def compare(expected: np.ndarray, actual: np.ndarray, threshold: float) -> tuple[str, float]:
+    """'' if actual matches expected (NaN, inf and NMSE rules), else the reason; and the NMSE."""
+    expected = np.asarray(expected, dtype=np.float64).reshape(-1)
+    actual = np.asarray(actual, dtype=np.float64).reshape(-1)
+    if expected.shape != actual.shape:
+        return f"shape mismatch: {actual.shape} vs {expected.shape}", float("inf")
+    nan_a, nan_e = np.isnan(actual), np.isnan(expected)
+    bad = np.flatnonzero(nan_a & ~nan_e)
+    if bad.size:
+        i = int(bad[0])
+        return f"NaN at index {i} (device={actual[i]}, reference={expected[i]})", float("nan")
+    bad = np.flatnonzero(nan_e & ~nan_a)
+    if bad.size:
+        i = int(bad[0])
+        return f"reference NaN at index {i} (device={actual[i]})", float("nan")
+    big = np.finfo(np.float32).max
+    inf_a = np.where(np.abs(actual) >= big, np.sign(actual), 0)
+    inf_e = np.where(np.abs(expected) >= big, np.sign(expected), 0)
+    bad = np.flatnonzero(inf_a != inf_e)
+    if bad.size:
+        i = int(bad[0])
+        return (f"inf mismatch at index {i} (device={actual[i]}, reference={expected[i]})",
+                float("inf"))
+    finite = ~nan_a & (inf_a == 0)
+    a, e = actual[finite], expected[finite]
+    if threshold == 0.0:
+        diff = np.flatnonzero(a != e)
+        if diff.size:
+            i = int(diff[0])
+            return (f"not bit-exact: {diff.size} of {a.size} values differ (first: device "
+                    f"{a[i]}, reference {e[i]})", float("inf"))
+        return "", 0.0
+    err = float(np.sum((a - e) ** 2))
+    energy = float(np.sum(e * e))
+    nmse = err / energy if energy > 0 else (0.0 if err == 0 else float("inf"))
+    if not nmse <= threshold:
+        return f"NMSE = {nmse:.6g} > {threshold:.6g}", nmse
+    return "", nmse
+
+
+class Checker:
+    """Runs cases on one device against the reference."""
+
+    def __init__(self, device, seed: int = 0, outputs_hook: Callable | None = None):
+        self.device = device
+        self.seed = seed
+        self.backend = device.init_backend()
+        # Test hook: outputs_hook(case, node, device_values) -> values replaces what the device
+        # returned before comparison (tests perturb outputs to prove failures are detected).
+        self.outputs_hook = outputs_hook
+        self.after_compute_hook = None   # test hook: (case, canvas, layout) after compute
+
+    def close(self):
+        self.backend.close()
+
+    def _reset_backend(self):
+        try:
+            self.backend.close()
+        except CannError:
+            pass
+        self.backend = self.device.init_backend()
+
+    def support(self, case: Case) -> Result:
+        with Context(256) as ctx:
+            builder = Builder(ctx)
+            graph = self._graph(ctx, case, builder)
+            nodes = _compute_nodes(graph)
+            ok = all(self.device.supports_op(n) for n in nodes)
+            return Result(self.device.name, "support", case.op, case.name, _types(nodes), ok)
+
+    @staticmethod
+    def _graph(ctx, case, builder):
+        out = case.build(builder)
+        graph = ctx.new_graph(256)
+        for tensor in out if isinstance(out, (list, tuple)) else [out]:
+            graph.build_forward(tensor)
+        return graph
+
+    def run(self, case: Case, index: int = 0) -> Result:
+        start = time.perf_counter()
+        with Context(256) as ctx:
+            builder = Builder(ctx)
+            graph = self._graph(ctx, case, builder)
+            nodes = _compute_nodes(graph)
+            result = Result(self.device.name, "test", case.op, case.name, _types(nodes), True)
+            declined = [n for n in nodes if not self.device.supports_op(n)]
+            if declined:
+                result.supported = False
+                result.error = "not supported: " + ", ".join(n.op_desc for n in declined)
+            else:
+                rng = np.random.default_rng([self.seed, index])
+                try:
+                    self._run(case, ctx, graph, builder, nodes, rng, result)
+                except CannError as exc:
+                    result.passed = False
+                    result.error = f"device error: {exc}"
+                    self._reset_backend()
+                except ref.ReferenceError as exc:
+                    result.passed = False
+                    result.error = f"reference error: {exc}"
+        result.time_ms = (time.perf_counter() - start) * 1e3
+        return result
+
+    def _layout(self, ctx, buffer_type):
+        """Offsets of every base tensor with GUARD_BYTES (or more) of guard before and after."""
+        align = max(buffer_type.alignment, 1)
+        guard = (GUARD_BYTES + align - 1) // align * align
+        layout, offset = [], guard
+        for tensor in ctx.tensors:
+            if tensor.c.view_src != ref_null():
+                continue
+            size = buffer_type.alloc_size(tensor)
+            layout.append((tensor, offset, size))
+            offset += (size + align - 1) // align * align + guard
+        return layout, offset
+
+    def _run(self, case, ctx, graph, builder, nodes, rng, result):
+        buffer_type = self.device.buffer_type
+        layout, total = self._layout(ctx, buffer_type)
+        # one byte canvas over the whole buffer writes and checks the guards
+        canvas = ctx.new_tensor(TensorType.I8, [total], name="canvas")
+        with buffer_type.alloc_buffer(total) as buffer:
+            for tensor, offset, _ in layout:
+                tensor.alloc(buffer, offset)
+            for tensor in ctx.tensors:
+                if tensor.c.view_src != ref_null() and tensor.c.data == ref_null():
+                    tensor.view_init(buffer)
+            canvas.alloc(buffer, 0)
+            pattern = rng.integers(0, 256, size=total, dtype=np.uint8)
+            canvas.set(pattern.view(np.int8))
+            in_tensor = np.zeros(total, dtype=bool)
+            for _, offset, size in layout:
+                in_tensor[offset:offset + size] = True
+
+            stored = {}
+            for item in builder.inputs:
+                tensor = item.tensor
+                tensor.set(ref.encode(tensor.type, item.init(rng)).reshape(tensor.shape))
+                stored[tensor] = tensor.get()     # what the device holds, for the reference
+            self.backend.graph_compute(graph)
+            self.backend.synchronize()
+            if self.after_compute_hook:
+                self.after_compute_hook(case, canvas, layout)
+
+            expected = ref.evaluate(graph, {t: v for t, v in stored.items()})
+            raw = {}
+            worst = None
+            for node in nodes:
+                base = ref.storage_of(node)
+                if base.address not in raw:
+                    raw[base.address] = np.ascontiguousarray(base.get()).reshape(-1).view(np.uint8)
+                actual = ref.read(raw[base.address], node)
+                if self.outputs_hook:
+                    actual = self.outputs_hook(case, node, actual)
+                threshold = nmse_threshold(case, node, expected[node])
+                reason, nmse = compare(expected[node], actual, threshold)
+                if worst is None or not nmse <= worst:
+                    worst, result.nmse, result.threshold = nmse, nmse, threshold
+                if reason:
+                    result.passed = False
+                    result.error = f"[{node.op_desc}] {reason}"
+                    break
+            else:
+                after = canvas.get().view(np.uint8)
+                touched = np.flatnonzero((after != pattern) & ~in_tensor)
+                if touched.size:
+                    result.passed = False
+                    result.error = (f"guard bytes overwritten: {touched.size} bytes, first at "
+                                    f"buffer offset {int(touched[0])}")
+                else:
+                    result.passed = True
+
+
+def ref_null():
+    from ..backend import ffi
+    return ffi.NULL
+
+
+# ---- the command ---------------------------------------------------------------------------------------
+
+def _find_devices(names: str | None) -> list:
+    devices = Registry().devices
+    if not names:
+        return devices[:1]
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    found = [d for d in devices if d.name in wanted]
+    missing = set(wanted) - {d.name for d in found}
+    if missing:
+        raise ValueError(f"no device named {', '.join(sorted(missing))} (have "
+                         f"{', '.join(d.name for d in devices) or 'none'})")
+    return found
+
+
+def run(mode: str = "test", ops: list[str] | None = None, backends: str | None = None,
+        pattern: str | None = None, seed: int = 0, output: str = "console", out=None,
+        cases: list[Case] | None = None, checker_factory=Checker) -> int:
+    """Run the checker; prints to `out` (stdout) and returns the exit status (1 on a failure)."""
+    out = out or sys.stdout
+    selected = select_cases(make_cases() if cases is None else cases, ops, pattern)
+    if ops and not selected:
+        raise ValueError(f"no case matches -o {','.join(ops)}"
+                         + (f" -p {pattern}" if pattern else ""))
+    devices = _find_devices(backends)
+    console = output == "console"
+    results: list[Result] = []
+    n_ok_backends = 0
+    if console:
+        print(f"Testing {len(devices)} device(s)\n", file=out)
+    for number, device in enumerate(devices, 1):
+        if console:
+            print(f"Backend {number}/{len(devices)}: {device.name}", file=out)
+            print(f"  Device description: {device.description}", file=out)
+        checker = checker_factory(device, seed=seed)
+        backend_results = []
+        try:
+            for index, case in enumerate(selected):
+                res = checker.support(case) if mode == "support" else checker.run(case, index)
+                backend_results.append(res)
+                if console:
+                    print(_console_line(res), file=out, flush=True)
+        finally:
+            checker.close()
+        results += backend_results
+        if mode == "support":
+            n_yes = sum(r.supported for r in backend_results)
+            if console:
+                print(f"  {n_yes}/{len(backend_results)} cases supported\n", file=out)
+            n_ok_backends += 1
+            continue
+        ran = [r for r in backend_results if r.supported]
+        n_passed = sum(bool(r.passed) for r in ran)
+        ok = n_passed == len(ran)
+        n_ok_backends += ok
+        if console:
+            print(f"  {n_passed}/{len(ran)} tests passed", file=out)
+            failing = [r.case for r in ran if not r.passed]
+            if failing:
+                print("  Failing tests:", file=out)
+                for name in failing:
+                    print(f"    {name}", file=out)
+            print(f"  Backend {device.name}: {'OK' if ok else 'FAIL'}\n", file=out)
+    all_ok = n_ok_backends == len(devices)
+    if console:
+        print(f"{n_ok_backends}/{len(devices)} backends passed", file=out)
+        print("OK" if all_ok else "FAIL", file=out)
+    elif output == "json":
+        json.dump({"mode": mode, "seed": seed, "ok": all_ok,
+                   "results": [r.as_dict() for r in results]}, out, indent=1)
+        print(file=out)
+    else:
+        fields = list(Result.__dataclass_fields__)
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for r in results:
+            writer.writerow(r.as_dict())
+    return 0 if all_ok else 1
+
+
+def _console_line(res: Result) -> str:
+    if res.mode == "support":
+        return f"  {res.case}: {'yes' if res.supported else 'no'} [{res.types}]"
+    if not res.supported:
+        return f"  {res.case}: not supported [{res.backend}]"
+    if res.passed:
+        return f"  {res.case}: OK"
+    return f"  {res.case}: FAIL {res.error}"
+
+
+def split_ops(value: str | None) -> list[str] | None:
+    """'-o' value -> entries; commas inside a case string's parentheses do not split."""
+    if not value:
+        return None
+    entries, depth, current = [], 0, ""
+    for ch in value:
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if ch == "," and depth == 0:
+            entries.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        entries.append(current.strip())
+    return entries
+
+
+def main_args(args: argparse.Namespace) -> int:
+    ops = split_ops(args.ops)
+    if args.list:
+        for case in select_cases(make_cases(), ops, args.pattern):
+            print(case.name)
+        return 0
+    return run(args.mode, ops, args.backends, args.pattern, args.seed, args.output)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cann-llm test-ops",
+                                     description="check CANN ops against the CPU reference")
+    add_arguments(parser)
+    return main_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
