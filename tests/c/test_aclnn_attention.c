@@ -2,8 +2,8 @@
  * reference: GQA (9/3, 32/8, 4/4), head dims 64 and 128, query lengths 1, 7 and 33, up to 300 keys,
  * BSND / BNSD / BSH layouts, non-contiguous K/V views into a larger cache, an F16 pse with a
  * stride-0 head dim holding -inf positions, a BOOL attenMask, fully masked rows, softmaxLse;
- * batch invariance (a row's bits at Sq = 1, 7, 64) and thread-count invariance (1 vs 2 threads in
- * separate processes, CANN_LLM_THREADS being read at init); error codes and messages.
+ * batch invariance (a row's bits at Sq = 1, 7, 64), thread-count and ISA invariance (1 vs 2 threads,
+ * scalar / AVX2 / AVX-512, in separate processes: the settings are read at init); error codes and messages.
  * CT_BENCH=1 prints decode GB/s of KV and prefill GFLOPS.
  */
 #include <math.h>
@@ -386,26 +386,39 @@ static int dump(const char *path) {
     return 0;
 }
 
-static void test_thread_count_invariance(const char *self) {
-    char p1[64], p2[64], cmd[1024];
-    snprintf(p1, sizeof p1, "/tmp/test_fia_%d_t1.bin", (int)getpid());
-    snprintf(p2, sizeof p2, "/tmp/test_fia_%d_t2.bin", (int)getpid());
-    snprintf(cmd, sizeof cmd, "CANN_LLM_THREADS=1 '%s' --dump %s", self, p1);
+/* Runs `self --dump` under `env` and reads the bytes back; NULL on failure. */
+static char *dump_with(const char *self, const char *env, const char *tag, size_t n) {
+    char path[96], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/test_fia_%d_%s.bin", (int)getpid(), tag);
+    snprintf(cmd, sizeof cmd, "%s '%s' --dump %s > /dev/null", env, self, path);
     CHECK(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "CANN_LLM_THREADS=2 '%s' --dump %s", self, p2);
-    CHECK(system(cmd) == 0);
-    FILE *a = fopen(p1, "rb"), *b = fopen(p2, "rb");
-    CHECK(a && b);
-    if (a && b) {
-        size_t n = 2 * 32 * 9 * 128 * 2;
-        char *x = malloc(n), *y = malloc(n);
-        CHECK(fread(x, 1, n, a) == n && fread(y, 1, n, b) == n);
-        CHECK(memcmp(x, y, n) == 0);
-        free(x), free(y);
+    char *buf = malloc(n);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    bool ok = f && fread(buf, 1, n, f) == n;
+    CHECK(ok);
+    if (f) fclose(f);
+    remove(path);
+    if (!ok) free(buf);
+    return ok ? buf : NULL;
+}
+
+/* 1 vs 2 threads, and the scalar / AVX2 / best ISA paths, give the same bits. */
+static void test_thread_and_isa_invariance(const char *self) {
+    size_t n = 2 * 32 * 9 * 128 * 2;
+    const char *envs[][2] = {{"CANN_LLM_THREADS=1", "t1"}, {"CANN_LLM_THREADS=2", "t2"},
+                             {"CANN_LLM_THREADS=2 CANN_LLM_HOST_ISA=avx2", "avx2"},
+                             {"CANN_LLM_THREADS=2 CANN_LLM_HOST_ISA=scalar", "scalar"}};
+    char *first = dump_with(self, envs[0][0], envs[0][1], n);
+    for (size_t i = 1; i < sizeof envs / sizeof envs[0]; i++) {
+        char *other = dump_with(self, envs[i][0], envs[i][1], n);
+        if (first && other && memcmp(first, other, n) != 0) {
+            fprintf(stderr, "  %s differs from %s\n", envs[i][0], envs[0][0]);
+            CHECK(!"outputs differ");
+        }
+        free(other);
     }
-    if (a) fclose(a);
-    if (b) fclose(b);
-    remove(p1), remove(p2);
+    free(first);
 }
 
 /* ---- errors ------------------------------------------------------------------------------------- */
@@ -512,7 +525,7 @@ int main(int argc, char **argv) {
         test_against_reference();
         test_fully_masked_rows_are_zero();
         test_batch_invariance();
-        test_thread_count_invariance(argv[0]);
+        test_thread_and_isa_invariance(argv[0]);
         test_errors();
         if (getenv("CT_BENCH")) bench();
     }
