@@ -176,13 +176,14 @@ def test_detokenize_remove_special_spm():
     assert s.detokenize(ids[1:]) == "Hello world"
 
 
-def _synthetic_bpe(extra):
-    """A byte-level BPE vocabulary: the 256 byte characters, a few merges, then `extra` tokens."""
+def _synthetic_bpe(extra, pre="gpt-2"):
+    """A byte-level BPE vocabulary: the 256 byte characters, a few merges, then `extra` tokens
+    ("world" is a token no merge leads to)."""
     chars = [bytes_to_unicode()[b] for b in range(256)]
-    tokens = chars + ["he", "ll", "hell", "hello"] + [t for t, _ in extra]
-    types = [1] * (256 + 4) + [ty for _, ty in extra]
+    tokens = chars + ["he", "ll", "hell", "hello", "world"] + [t for t, _ in extra]
+    types = [1] * (256 + 5) + [ty for _, ty in extra]
     return Tokenizer({
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
         "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
         "tokenizer.ggml.merges": ["h e", "l l", "he ll", "hell o"],
         "general.name": "synthetic",
@@ -200,6 +201,14 @@ def test_user_defined_tokens_always_split():
     # user-defined tokens render even with special=False, control tokens do not
     assert tok.detokenize([tool, ctl]) == "<tool>"
     assert tok.detokenize([tool, ctl], special=True) == "<tool><ctl>"
+
+
+def test_ignore_merges_for_llama3():
+    # llama-bpe takes a pre-tokenized word that is a whole token as is (ignore_merges)
+    llama3 = _synthetic_bpe([], pre="llama-bpe")
+    assert llama3.tokenize("world", add_special=False) == [llama3.token_to_id["world"]]
+    gpt2 = _synthetic_bpe([])
+    assert gpt2.tokenize("world") == [gpt2.token_to_id[c] for c in "world"]
 
 
 def test_bpe_merge_order():
