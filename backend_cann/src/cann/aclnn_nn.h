@@ -8,6 +8,58 @@
 extern "C" {
 #endif
 
+/* aclnn_rms_norm.h: rstd = 1/sqrt(mean(x^2) + eps) over the trailing dims gamma covers;
+ * yOut = x * rstd * gamma; rstdOut (F32, x's rank with the normalized dims 1) is required. */
+aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, double epsilon,
+                                         const aclTensor *yOut, const aclTensor *rstdOut,
+                                         uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                         aclrtStream stream);
+
+/* aclnn_softmax.h: exp(x - max) / sum along dim. */
+aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *out,
+                                         uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                         aclrtStream stream);
+
+/* aclnn_silu.h: x / (1 + exp(-x)). */
+aclnnStatus aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+                                      aclOpExecutor **executor);
+aclnnStatus aclnnSilu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                      aclrtStream stream);
+
+/* aclnn_swi_glu.h: x split in halves A | B along dim; out = silu(A) * B (contiguous x and out). */
+aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor *x, int64_t dim, const aclTensor *out,
+                                        uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSwiGlu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                        aclrtStream stream);
+
+/* aclnn_sin.h / aclnn_cos.h: elementwise sin / cos, float out. */
+aclnnStatus aclnnSinGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+                                     aclOpExecutor **executor);
+aclnnStatus aclnnSin(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnCosGetWorkspaceSize(const aclTensor *input, aclTensor *out, uint64_t *workspaceSize,
+                                     aclOpExecutor **executor);
+aclnnStatus aclnnCos(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                     const aclrtStream stream);
+
+/* aclnn_div.h: out = self / other (broadcast, true division). */
+aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                     uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnDiv(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+
+/* aclnn_argmax.h: index of the first maximum along dim (INT64 or INT32 out). */
+aclnnStatus aclnnArgMaxGetWorkspaceSize(const aclTensor *self, int64_t dim, bool keepdim, aclTensor *out,
+                                        uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnArgMax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+
+/* aclnn_index_copy.h: selfRef[..., index[i], ...] = source[..., i, ...] along dim. */
+aclnnStatus aclnnInplaceIndexCopyGetWorkspaceSize(aclTensor *selfRef, int64_t dim, const aclTensor *index,
+                                                  const aclTensor *source, uint64_t *workspaceSize,
+                                                  aclOpExecutor **executor);
+aclnnStatus aclnnInplaceIndexCopy(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                  aclrtStream stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,7 @@ static void backend_free(clm_backend *backend) {
     if (cann_set_device(ctx->device) == CLM_OK) {
         aclrtSynchronizeStream(ctx->stream);
         cann_graph_cache_free(ctx);
+        cann_nn_cache_free(ctx);
         ctx->pool->iface.destroy(ctx->pool);
         aclrtDestroyStream(ctx->stream);
         aclGetRecentErrMsg();
@@ -174,6 +175,7 @@ static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) 
     cann_backend_ctx *ctx = backend_ctx(backend);
     clm_status st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
+    if ((st = cann_nn_cache_prepare(ctx, graph)) != CLM_OK) return st;
     if (ctx->graphs != NULL) return cann_graph_compute_captured(ctx, graph, run_nodes);   /* graph_capture.c */
     return run_nodes(ctx, graph);
 }

@@ -65,6 +65,7 @@ typedef struct cann_backend_ctx {
     int64_t graph_captures;
     int64_t graph_replays;
     struct cann_graph_cache *graphs;   /* GGML_CANN_ACL_GRAPH: captured graphs (graph_capture.c) */
+    struct cann_nn_cache *nn;          /* RMS_NORM ones gamma, ROPE frequency / sin-cos caches (ops_rope.c) */
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -154,6 +155,22 @@ bool cann_supports_glu(const clm_tensor *op);
 clm_status cann_op_glu(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_argmax(const clm_tensor *op);
 clm_status cann_op_argmax(cann_backend_ctx *ctx, clm_tensor *dst);
+/* Per-backend constant caches of the nn ops (ops_rope.c). prepare, called by graph_compute before
+ * any node (so before a capture), marks the sin/cos tables stale (the first ROPE of each graph
+ * rebuilds them) and creates every constant the graph's nodes need (device allocations and host
+ * copies happen here, never inside a capture); graph_begin only marks the sin/cos tables stale
+ * (called again right before a capture, so the captured graph contains the rebuild); free
+ * releases all. */
+clm_status cann_nn_cache_prepare(cann_backend_ctx *ctx, clm_graph *graph);
+void cann_nn_cache_graph_begin(cann_backend_ctx *ctx);
+void cann_nn_cache_free(cann_backend_ctx *ctx);
+/* A persistent F32 device array of n ones (the RMS_NORM gamma), grown on demand. */
+clm_status cann_nn_ones(cann_backend_ctx *ctx, int64_t n, void **out);
+/* A persistent device copy of a small F32 host table (ALiBi slopes), cached by its contents. */
+#define CANN_MAX_ALIBI_HEADS 1024
+clm_status cann_nn_table(cann_backend_ctx *ctx, const float *values, int64_t n, void **out);
+/* ggml's ALiBi slopes for n_head heads, as such a table. */
+clm_status cann_nn_alibi_slopes(cann_backend_ctx *ctx, float max_bias, int64_t n_head, void **out);
 
 /* ---- buffers (cann_buffer.c) ------------------------------------------------------------------ */
 void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev);

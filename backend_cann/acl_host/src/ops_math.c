@@ -1,0 +1,148 @@
+/* ops_math.c - aclnnSin, aclnnCos and aclnnDiv (the math the rotary cache is built with).
+ *
+ * Sin / Cos: integer, bool and float inputs, float outputs; F32 / F16 / BF16 compute in F32
+ * (sinf / cosf), F64 in double. Div: true division with NumPy broadcasting; the result dtype is
+ * the promotion of the inputs, integers and bool promote to FLOAT; out may be any float dtype the
+ * result converts to. F16 / BF16 divide in F32 and round once.
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+
+#include "ah_nd.h"
+
+#define TRY(expr)                                                                             \
+    do {                                                                                      \
+        aclnnStatus st_ = (expr);                                                             \
+        if (st_ != ACLNN_SUCCESS)                                                             \
+            return st_;                                                                       \
+    } while (0)
+
+#define FLOAT_OUT                                                                             \
+    (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16) |            \
+     AH_DTYPE_BIT(ACL_DOUBLE))
+#define BLOCK 512
+
+typedef enum math_kind { MATH_SIN, MATH_COS, MATH_DIV } math_kind;
+
+typedef struct math_params {
+    math_kind kind;
+    int slot_a, slot_b, slot_out; /* slot_b < 0 for the unary ops */
+    bool f64;                     /* compute in double */
+} math_params;
+
+typedef struct math_ctx {
+    const math_params *p;
+    aclDataType out_t, a_t, b_t;
+} math_ctx;
+
+static void math_segment(void *vctx, int64_t n, char *const *p, const int64_t *s) {
+    const math_ctx *c = vctx;
+    const math_params *mp = c->p;
+    double a[BLOCK], b[BLOCK];
+    for (int64_t done = 0; done < n; done += BLOCK) {
+        int64_t m = n - done < BLOCK ? n - done : BLOCK;
+        ah_load_f64(c->a_t, p[1] + done * s[1], s[1], m, a);
+        if (mp->kind == MATH_DIV)
+            ah_load_f64(c->b_t, p[2] + done * s[2], s[2], m, b);
+        for (int64_t i = 0; i < m; i++) {
+            if (mp->f64) {
+                a[i] = mp->kind == MATH_SIN ? sin(a[i]) : mp->kind == MATH_COS ? cos(a[i]) : a[i] / b[i];
+            } else {
+                float x = (float)a[i];
+                a[i] = mp->kind == MATH_SIN ? sinf(x) : mp->kind == MATH_COS ? cosf(x) : x / (float)b[i];
+            }
+        }
+        ah_store_f64(c->out_t, p[0] + done * s[0], s[0], m, a);
+    }
+}
+
+static aclError math_run(const aclOpExecutor *ex, void *workspace) {
+    (void)workspace;
+    const math_params *mp = AH_EXEC_PARAMS(ex, const math_params);
+    int n = mp->slot_b >= 0 ? 3 : 2;
+    ah_nd_operand ops[3] = {ah_nd_tensor(&ex->tensors[mp->slot_out]),
+                            ah_nd_tensor(&ex->tensors[mp->slot_a]),
+                            mp->slot_b >= 0 ? ah_nd_tensor(&ex->tensors[mp->slot_b])
+                                            : ah_nd_tensor(&ex->tensors[mp->slot_a])};
+    ah_nd_plan plan;
+    if (!ah_nd_plan_init(&plan, n, ops))
+        return ah_error(ACLNN_ERR_INNER, "%s: operands do not broadcast to out", ex->op);
+    math_ctx c = {mp, ops[0].dtype, ops[1].dtype, ops[2].dtype};
+    ah_nd_run(&plan, AH_ND_GRAIN / 8, math_segment, &c);
+    return ACL_SUCCESS;
+}
+
+static aclnnStatus unary_prepare(const char *op, math_kind kind, const char *in_name,
+                                 const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+                                 aclOpExecutor **executor) {
+    TRY(ah_check_tensor(op, in_name, self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    TRY(ah_check_tensor(op, "out", out, FLOAT_OUT, 0, AH_OP_MAX_RANK));
+    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "the input's shape"));
+    aclOpExecutor *ex = ah_executor_new(op, math_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    math_params *mp = AH_EXEC_PARAMS(ex, math_params);
+    mp->kind = kind;
+    mp->slot_a = ah_executor_add_tensor(ex, in_name, self, AH_IN);
+    mp->slot_b = -1;
+    mp->slot_out = ah_executor_add_tensor(ex, "out", out, AH_OUT);
+    mp->f64 = self->dtype == ACL_DOUBLE || out->dtype == ACL_DOUBLE;
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnSinGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+                                            uint64_t *workspaceSize, aclOpExecutor **executor) {
+    return unary_prepare("aclnnSin", MATH_SIN, "self", self, out, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnSin(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                            aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnSin");
+}
+
+AH_API aclnnStatus aclnnCosGetWorkspaceSize(const aclTensor *input, aclTensor *out,
+                                            uint64_t *workspaceSize, aclOpExecutor **executor) {
+    return unary_prepare("aclnnCos", MATH_COS, "input", input, out, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnCos(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                            const aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnCos");
+}
+
+AH_API aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+                                            aclTensor *out, uint64_t *workspaceSize,
+                                            aclOpExecutor **executor) {
+    const char *op = "aclnnDiv";
+    TRY(ah_check_tensor(op, "self", self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    TRY(ah_check_tensor(op, "other", other, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    TRY(ah_check_tensor(op, "out", out, FLOAT_OUT, 0, AH_OP_MAX_RANK));
+    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    aclDataType result = ah_promote_types(self->dtype, other->dtype);
+    if (result == ACL_DT_UNDEFINED)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: self dtype %s and other dtype %s do not promote",
+                        op, ah_dtype_name(self->dtype), ah_dtype_name(other->dtype));
+    if (!ah_dtype_is_float(result))
+        result = ACL_FLOAT;
+    int64_t dims[AH_OP_MAX_RANK];
+    int ndim;
+    TRY(ah_check_broadcast(op, "self", self, "other", other, dims, &ndim));
+    TRY(ah_check_shape(op, "out", out, dims, ndim, "the broadcast shape"));
+    aclOpExecutor *ex = ah_executor_new(op, math_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    math_params *mp = AH_EXEC_PARAMS(ex, math_params);
+    mp->kind = MATH_DIV;
+    mp->slot_a = ah_executor_add_tensor(ex, "self", self, AH_IN);
+    mp->slot_b = ah_executor_add_tensor(ex, "other", other, AH_IN);
+    mp->slot_out = ah_executor_add_tensor(ex, "out", out, AH_OUT);
+    mp->f64 = result == ACL_DOUBLE;
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnDiv(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                            aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnDiv");
+}

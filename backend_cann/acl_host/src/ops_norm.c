@@ -1,0 +1,128 @@
+/* ops_norm.c - aclnnRmsNorm.
+ *
+ * rstd = 1 / sqrt(mean(x^2) + eps) over the trailing dims gamma covers, y = x * rstd * gamma;
+ * rstdOut is a required F32 output with x's rank and the normalized dims set to 1. Dtypes
+ * (x / gamma / y): F32/F32/F32, F16/F16/F16, BF16/BF16/BF16, F16/F32/F16, BF16/F32/BF16. Every
+ * row computes in F32: its sum of squares in the fixed 16-lane order of ah_rows.h, so a row's
+ * result does not depend on the other rows or the thread count. Rows run in parallel.
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "ah_rows.h"
+
+#define TRY(expr)                                                                             \
+    do {                                                                                      \
+        aclnnStatus st_ = (expr);                                                             \
+        if (st_ != ACLNN_SUCCESS)                                                             \
+            return st_;                                                                       \
+    } while (0)
+
+#define FLOAT_TYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
+
+typedef struct rms_params {
+    int slot_x, slot_gamma, slot_y, slot_rstd;
+    int n_norm; /* trailing dims normalized */
+    float eps;
+} rms_params;
+
+typedef struct rms_ctx {
+    ah_rows x, y, rstd;
+    const float *gamma; /* F32 copy of gamma, len values */
+    int64_t len;
+    float eps;
+} rms_ctx;
+
+static void rms_rows(void *vctx, int64_t begin, int64_t end) {
+    const rms_ctx *c = vctx;
+    float *buf = malloc((size_t)(c->len > 0 ? c->len : 1) * sizeof(float));
+    if (!buf)
+        return;
+    for (int64_t row = begin; row < end; row++) {
+        ah_rows_load(&c->x, row, buf);
+        float mean = ah_sum_sq_f32(buf, c->len) / (float)c->len;
+        float rstd = 1.0f / sqrtf(mean + c->eps);
+        for (int64_t i = 0; i < c->len; i++)
+            buf[i] = buf[i] * rstd * c->gamma[i];
+        ah_rows_store(&c->y, row, buf);
+        ah_rows_store(&c->rstd, row, &rstd);
+    }
+    free(buf);
+}
+
+static aclError rms_run(const aclOpExecutor *ex, void *workspace) {
+    (void)workspace;
+    const rms_params *p = AH_EXEC_PARAMS(ex, const rms_params);
+    const aclTensor *x = &ex->tensors[p->slot_x];
+    unsigned inner = 0;
+    for (int i = x->ndim - p->n_norm; i < x->ndim; i++)
+        inner |= 1u << i;
+    rms_ctx c = {.eps = p->eps};
+    ah_rows_init(&c.x, x, inner);
+    ah_rows_init(&c.y, &ex->tensors[p->slot_y], inner);
+    ah_rows_init(&c.rstd, &ex->tensors[p->slot_rstd], inner);
+    c.len = c.x.len;
+    if (c.x.n_rows == 0 || c.len == 0)
+        return ACL_SUCCESS;
+    float *gamma = malloc((size_t)c.len * sizeof(float));
+    if (!gamma)
+        return ah_error(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", ex->op);
+    ah_rows g;
+    ah_rows_init(&g, &ex->tensors[p->slot_gamma], ~0u);
+    ah_rows_load(&g, 0, gamma);
+    c.gamma = gamma;
+    ah_parallel_for(c.x.n_rows, ah_rows_grain(c.len), rms_rows, &c);
+    free(gamma);
+    return ACL_SUCCESS;
+}
+
+AH_API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma,
+                                                double epsilon, const aclTensor *yOut,
+                                                const aclTensor *rstdOut, uint64_t *workspaceSize,
+                                                aclOpExecutor **executor) {
+    const char *op = "aclnnRmsNorm";
+    TRY(ah_check_tensor(op, "x", x, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    TRY(ah_check_tensor(op, "gamma", gamma, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    TRY(ah_check_tensor(op, "yOut", yOut, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    TRY(ah_check_tensor(op, "rstdOut", rstdOut, AH_DTYPE_BIT(ACL_FLOAT), 1, AH_OP_MAX_RANK));
+    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    if (yOut->dtype != x->dtype)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: yOut dtype %s differs from x dtype %s", op,
+                        ah_dtype_name(yOut->dtype), ah_dtype_name(x->dtype));
+    if (gamma->dtype != x->dtype && gamma->dtype != ACL_FLOAT)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: gamma dtype %s must be x's dtype %s or FLOAT", op,
+                        ah_dtype_name(gamma->dtype), ah_dtype_name(x->dtype));
+    if (!(epsilon >= 0.0))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: epsilon %g is negative", op, epsilon);
+    int n_norm = gamma->ndim;
+    if (n_norm > x->ndim)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: gamma has rank %d, more than x's %d", op,
+                        n_norm, x->ndim);
+    TRY(ah_check_shape(op, "gamma", gamma, x->dims + (x->ndim - n_norm), n_norm,
+                       "the trailing dims of x"));
+    TRY(ah_check_shape(op, "yOut", yOut, x->dims, x->ndim, "x's shape"));
+    int64_t rdims[AH_OP_MAX_RANK];
+    for (int i = 0; i < x->ndim; i++)
+        rdims[i] = i < x->ndim - n_norm ? x->dims[i] : 1;
+    TRY(ah_check_shape(op, "rstdOut", rstdOut, rdims, x->ndim,
+                       "x's shape with the normalized dims set to 1"));
+    aclOpExecutor *ex = ah_executor_new(op, rms_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    rms_params *p = AH_EXEC_PARAMS(ex, rms_params);
+    p->slot_x = ah_executor_add_tensor(ex, "x", x, AH_IN);
+    p->slot_gamma = ah_executor_add_tensor(ex, "gamma", gamma, AH_IN);
+    p->slot_y = ah_executor_add_tensor(ex, "yOut", yOut, AH_OUT);
+    p->slot_rstd = ah_executor_add_tensor(ex, "rstdOut", rstdOut, AH_OUT);
+    p->n_norm = n_norm;
+    p->eps = (float)epsilon;
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnRmsNorm");
+}
