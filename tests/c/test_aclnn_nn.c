@@ -1,0 +1,276 @@
+/* test_aclnn_nn.c - the nn aclnn ops of acl_host (RmsNorm, Softmax, Silu, SwiGlu, Sin, Cos, Div,
+ * ArgMax, InplaceIndexCopy) against double references; errors naming the op; batch invariance of
+ * RmsNorm and Softmax rows (a row alone, in 7 rows, in 64 rows) and thread invariance (the test
+ * re-runs itself with CANN_LLM_THREADS=1 and 2, read at init, and compares the bits).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acl/acl.h"
+#include "cann/aclnn_api.h"
+#include "ctest_util.h"
+
+static aclrtStream stream;
+
+static void *dev_from(const void *host, size_t bytes) {
+    void *p = NULL;
+    CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+    if (host) CHECK(aclrtMemcpy(p, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+    return p;
+}
+
+static void to_host(void *host, const void *dev, size_t bytes) {
+    CHECK(aclrtMemcpy(host, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
+}
+
+static aclTensor *tensor(const int64_t *dims, int nd, aclDataType dt, void *data) {
+    int64_t strides[8], step = 1, extent = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        strides[i] = step;
+        step *= dims[i];
+    }
+    for (int i = 0; i < nd; i++) extent += (dims[i] - 1) * strides[i];
+    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, 0, ACL_FORMAT_ND, &extent, 1, data);
+}
+
+typedef aclnnStatus (*phase2_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
+/* ws / ex by pointer: they are read after phase 1 has filled them */
+static void launch(aclnnStatus prepared, phase2_fn run, const uint64_t *ws, aclOpExecutor *const *ex) {
+    CHECK(prepared == ACLNN_SUCCESS);
+    if (prepared != ACLNN_SUCCESS) {
+        fprintf(stderr, "  phase 1: %s\n", aclGetRecentErrMsg());
+        return;
+    }
+    aclnnStatus st = run(NULL, *ws, *ex, stream);
+    CHECK(st == ACLNN_SUCCESS);
+    if (st != ACLNN_SUCCESS) fprintf(stderr, "  phase 2: %s\n", aclGetRecentErrMsg());
+    CHECK(aclrtSynchronizeStream(stream) == ACL_SUCCESS);
+}
+
+static float frand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* ---- RmsNorm and Softmax over m rows of n: returns the device results in out ------------------ */
+static void rms_norm_rows(const float *x, int64_t m, int64_t n, float *y, float *rstd) {
+    int64_t dx[2] = {m, n}, dg[1] = {n}, dr[2] = {m, 1};
+    float *ones = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
+    void *px = dev_from(x, (size_t)(m * n) * 4), *pg = dev_from(ones, (size_t)n * 4);
+    void *py = dev_from(NULL, (size_t)(m * n) * 4), *pr = dev_from(NULL, (size_t)m * 4);
+    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *tg = tensor(dg, 1, ACL_FLOAT, pg);
+    aclTensor *ty = tensor(dx, 2, ACL_FLOAT, py), *tr = tensor(dr, 2, ACL_FLOAT, pr);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    launch(aclnnRmsNormGetWorkspaceSize(tx, tg, 1e-6, ty, tr, &ws, &ex), aclnnRmsNorm, &ws, &ex);
+    to_host(y, py, (size_t)(m * n) * 4);
+    if (rstd) to_host(rstd, pr, (size_t)m * 4);
+    aclDestroyTensor(tx), aclDestroyTensor(tg), aclDestroyTensor(ty), aclDestroyTensor(tr);
+    aclrtFree(px), aclrtFree(pg), aclrtFree(py), aclrtFree(pr);
+    free(ones);
+}
+
+static void softmax_rows(const float *x, int64_t m, int64_t n, float *y) {
+    int64_t dx[2] = {m, n};
+    void *px = dev_from(x, (size_t)(m * n) * 4), *py = dev_from(NULL, (size_t)(m * n) * 4);
+    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *ty = tensor(dx, 2, ACL_FLOAT, py);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    launch(aclnnSoftmaxGetWorkspaceSize(tx, -1, ty, &ws, &ex), aclnnSoftmax, &ws, &ex);
+    to_host(y, py, (size_t)(m * n) * 4);
+    aclDestroyTensor(tx), aclDestroyTensor(ty);
+    aclrtFree(px), aclrtFree(py);
+}
+
+#define N 4099   /* odd: exercises the 16-lane tail */
+
+/* Row 0 of a batch of m rows (other rows random); a fixed digest of both ops' row 0. */
+static uint64_t batch_row0(int64_t m, float *rms_row, float *sm_row) {
+    float *x = malloc((size_t)(m * N) * 4), *y = malloc((size_t)(m * N) * 4);
+    uint32_t s = 7;
+    for (int64_t i = 0; i < N; i++) x[i] = frand(&s) * 3.0f;
+    uint32_t t = (uint32_t)m * 77u;
+    for (int64_t i = N; i < m * N; i++) x[i] = frand(&t) * 5.0f;
+    rms_norm_rows(x, m, N, y, NULL);
+    memcpy(rms_row, y, N * 4);
+    softmax_rows(x, m, N, y);
+    memcpy(sm_row, y, N * 4);
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < N; i++) {
+        uint32_t a, b;
+        memcpy(&a, &rms_row[i], 4);
+        memcpy(&b, &sm_row[i], 4);
+        h = (h ^ a) * 1099511628211ull;
+        h = (h ^ b) * 1099511628211ull;
+    }
+    free(x), free(y);
+    return h;
+}
+
+static void test_rms_norm_and_softmax_values(void) {
+    int64_t m = 3, n = 37;
+    float x[3 * 37], y[3 * 37], rstd[3];
+    uint32_t s = 1;
+    for (int i = 0; i < m * n; i++) x[i] = frand(&s) * 4.0f;
+    x[40] = -INFINITY; /* softmax: a masked cell gives 0 */
+    x[40] = 0.5f;
+    rms_norm_rows(x, m, n, y, rstd);
+    for (int r = 0; r < m; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[r * n + i] * x[r * n + i];
+        double rs = 1.0 / sqrt(ss / n + 1e-6);
+        CHECK(fabs(rstd[r] - rs) <= 1e-6 * rs);
+        for (int i = 0; i < n; i++) CHECK(fabs(y[r * n + i] - x[r * n + i] * rs) <= 1e-5);
+    }
+    x[n + 3] = -INFINITY;
+    softmax_rows(x, m, n, y);
+    for (int r = 0; r < m; r++) {
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < n; i++) mx = fmax(mx, x[r * n + i]);
+        for (int i = 0; i < n; i++) sum += exp((double)x[r * n + i] - mx);
+        for (int i = 0; i < n; i++) CHECK(fabs(y[r * n + i] - exp((double)x[r * n + i] - mx) / sum) <= 1e-6);
+    }
+    CHECK(y[n + 3] == 0.0f);
+}
+
+static void test_batch_invariance(void) {
+    float *r1 = malloc(N * 4), *s1 = malloc(N * 4), *r = malloc(N * 4), *s = malloc(N * 4);
+    uint64_t h1 = batch_row0(1, r1, s1);
+    for (int64_t m = 7; m <= 64; m += 57) {
+        CHECK(batch_row0(m, r, s) == h1);
+        CHECK(memcmp(r, r1, N * 4) == 0 && memcmp(s, s1, N * 4) == 0);
+    }
+    free(r1), free(s1), free(r), free(s);
+}
+
+/* ---- elementwise and index ops ------------------------------------------------------------------ */
+static void test_silu_swiglu(void) {
+    int64_t dx[2] = {2, 8}, dh[2] = {2, 4};
+    float x[16], y[16], g[8];
+    uint32_t s = 3;
+    for (int i = 0; i < 16; i++) x[i] = frand(&s) * 6.0f;
+    void *px = dev_from(x, 64), *py = dev_from(NULL, 64), *pg = dev_from(NULL, 32);
+    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *ty = tensor(dx, 2, ACL_FLOAT, py), *tg = tensor(dh, 2, ACL_FLOAT, pg);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    launch(aclnnSiluGetWorkspaceSize(tx, ty, &ws, &ex), aclnnSilu, &ws, &ex);
+    to_host(y, py, 64);
+    for (int i = 0; i < 16; i++) CHECK(fabs(y[i] - x[i] / (1.0 + exp(-(double)x[i]))) <= 1e-6);
+    launch(aclnnSwiGluGetWorkspaceSize(tx, -1, tg, &ws, &ex), aclnnSwiGlu, &ws, &ex);
+    to_host(g, pg, 32);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 4; i++) {
+            double a = x[r * 8 + i], b = x[r * 8 + 4 + i];
+            CHECK(fabs(g[r * 4 + i] - a / (1.0 + exp(-a)) * b) <= 1e-5);
+        }
+    /* errors name the op and the operand */
+    CHECK(aclnnSwiGluGetWorkspaceSize(tx, -1, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "aclnnSwiGlu") != NULL);
+    aclTensor *ti = tensor(dx, 2, ACL_INT32, px);
+    CHECK(aclnnSiluGetWorkspaceSize(ti, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    const char *msg = aclGetRecentErrMsg();
+    CHECK(strstr(msg, "aclnnSilu") != NULL && strstr(msg, "self") != NULL);
+    CHECK(aclnnSiluGetWorkspaceSize(NULL, ty, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+    aclDestroyTensor(tx), aclDestroyTensor(ty), aclDestroyTensor(tg), aclDestroyTensor(ti);
+    aclrtFree(px), aclrtFree(py), aclrtFree(pg);
+}
+
+static void test_sin_cos_div(void) {
+    int64_t d[1] = {6};
+    float x[6] = {0.0f, 0.5f, -1.25f, 3.0f, 100.0f, 4000.5f}, b[6] = {1, 2, 4, -8, 0.5f, 3}, y[6];
+    void *px = dev_from(x, 24), *pb = dev_from(b, 24), *py = dev_from(NULL, 24);
+    aclTensor *tx = tensor(d, 1, ACL_FLOAT, px), *tb = tensor(d, 1, ACL_FLOAT, pb), *ty = tensor(d, 1, ACL_FLOAT, py);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    launch(aclnnSinGetWorkspaceSize(tx, ty, &ws, &ex), aclnnSin, &ws, &ex);
+    to_host(y, py, 24);
+    for (int i = 0; i < 6; i++) CHECK(fabs(y[i] - sin((double)x[i])) <= 1e-6);
+    launch(aclnnCosGetWorkspaceSize(tx, ty, &ws, &ex), aclnnCos, &ws, &ex);
+    to_host(y, py, 24);
+    for (int i = 0; i < 6; i++) CHECK(fabs(y[i] - cos((double)x[i])) <= 1e-6);
+    launch(aclnnDivGetWorkspaceSize(tx, tb, ty, &ws, &ex), aclnnDiv, &ws, &ex);
+    to_host(y, py, 24);
+    for (int i = 0; i < 6; i++) CHECK(y[i] == x[i] / b[i]);
+    aclDestroyTensor(tx), aclDestroyTensor(tb), aclDestroyTensor(ty);
+    aclrtFree(px), aclrtFree(pb), aclrtFree(py);
+}
+
+static void test_argmax_index_copy(void) {
+    int64_t dx[2] = {3, 5}, dout[1] = {3};
+    float x[15] = {1, 5, 5, 0, 2, -1, -2, -3, -0.5f, -4, 0, 0, 0, 0, 7};
+    int64_t idx[3];
+    void *px = dev_from(x, 60), *pi = dev_from(NULL, 24);
+    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *ti = tensor(dout, 1, ACL_INT64, pi);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    launch(aclnnArgMaxGetWorkspaceSize(tx, 1, false, ti, &ws, &ex), aclnnArgMax, &ws, &ex);
+    to_host(idx, pi, 24);
+    CHECK(idx[0] == 1 && idx[1] == 3 && idx[2] == 4);
+    /* selfRef [4, 5] F16 rows 3 and 0 from source [2, 5] */
+    int64_t dself[2] = {4, 5}, dsrc[2] = {2, 5}, dind[1] = {2};
+    uint16_t self[20] = {0}, src[10];
+    for (int i = 0; i < 10; i++) src[i] = aclFloatToFloat16((float)(i + 1));
+    int32_t ind[2] = {3, 0};
+    void *ps = dev_from(self, 40), *pr = dev_from(src, 20), *pn = dev_from(ind, 8);
+    aclTensor *ts = tensor(dself, 2, ACL_FLOAT16, ps), *tr = tensor(dsrc, 2, ACL_FLOAT16, pr);
+    aclTensor *tn = tensor(dind, 1, ACL_INT32, pn);
+    launch(aclnnInplaceIndexCopyGetWorkspaceSize(ts, 0, tn, tr, &ws, &ex), aclnnInplaceIndexCopy, &ws, &ex);
+    to_host(self, ps, 40);
+    for (int i = 0; i < 5; i++) {
+        CHECK(self[15 + i] == src[i] && self[i] == src[5 + i] && self[5 + i] == 0);
+    }
+    /* a source of another dtype is an error naming the op */
+    aclTensor *tf = tensor(dsrc, 2, ACL_FLOAT, pr);
+    CHECK(aclnnInplaceIndexCopyGetWorkspaceSize(ts, 0, tn, tf, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "aclnnInplaceIndexCopy") != NULL);
+    /* an index out of range fails the launch */
+    ind[1] = 9;
+    CHECK(aclrtMemcpy(pn, 8, ind, 8, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+    CHECK(aclnnInplaceIndexCopyGetWorkspaceSize(ts, 0, tn, tr, &ws, &ex) == ACLNN_SUCCESS);
+    aclnnStatus st = aclnnInplaceIndexCopy(NULL, ws, ex, stream);
+    aclError sync = aclrtSynchronizeStream(stream);
+    CHECK(st != ACLNN_SUCCESS || sync != ACL_SUCCESS);
+    aclGetRecentErrMsg();
+    aclDestroyTensor(tx), aclDestroyTensor(ti), aclDestroyTensor(ts), aclDestroyTensor(tr), aclDestroyTensor(tn),
+        aclDestroyTensor(tf);
+    aclrtFree(px), aclrtFree(pi), aclrtFree(ps), aclrtFree(pr), aclrtFree(pn);
+}
+
+/* The digest of row 0 under CANN_LLM_THREADS=n, from a child process. */
+static uint64_t child_digest(const char *self, int threads) {
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "CANN_LLM_THREADS=%d '%s' --digest", threads, self);
+    FILE *f = popen(cmd, "r");
+    unsigned long long h = 0;
+    if (!f || fscanf(f, "%llx", &h) != 1) h = 0;
+    if (f) pclose(f);
+    return (uint64_t)h;
+}
+
+int main(int argc, char **argv) {
+    CHECK(aclInit(NULL) == ACL_SUCCESS);
+    CHECK(aclrtSetDevice(0) == ACL_SUCCESS);
+    CHECK(aclrtCreateStream(&stream) == ACL_SUCCESS);
+    if (argc > 1 && strcmp(argv[1], "--digest") == 0) {
+        float *r = malloc(N * 4), *s = malloc(N * 4);
+        printf("%llx\n", (unsigned long long)batch_row0(64, r, s));
+        return 0;
+    }
+    test_rms_norm_and_softmax_values();
+    test_batch_invariance();
+    test_silu_swiglu();
+    test_sin_cos_div();
+    test_argmax_index_copy();
+    float *r = malloc(N * 4), *s = malloc(N * 4);
+    uint64_t h1 = batch_row0(1, r, s), t1 = child_digest(argv[0], 1), t2 = child_digest(argv[0], 2);
+    CHECK(t1 != 0 && t1 == h1 && t2 == h1);
+    free(r), free(s);
+    aclrtDestroyStream(stream);
+    aclrtResetDevice(0);
+    aclFinalize();
+    return CT_RESULT();
+}
