@@ -92,6 +92,7 @@ typedef struct mm_ctx {
     const aclTensor *a, *b, *out;
     const float *apack; /* [nb][m][kp] */
     int64_t kp, nt, ntiles, nb;
+    volatile int failed;
 } mm_ctx;
 
 static void batch_offsets(const mm_geo *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc) {
@@ -129,8 +130,10 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
     const mm_ctx *c = vctx;
     const mm_geo *g = &c->p->geo;
     float *bt = malloc((size_t)(c->nt * c->kp + g->m * c->nt) * sizeof(float));
-    if (!bt)
-        return; /* reported by the caller through the sentinel below */
+    if (!bt) {
+        ((mm_ctx *)vctx)->failed = 1; /* reported by mm_run */
+        return;
+    }
     float *ct = bt + c->nt * c->kp;
     size_t bes = ah_dtype_size(c->b->dtype), oes = ah_dtype_size(c->out->dtype);
     for (int64_t w = begin; w < end; w++) {
@@ -187,6 +190,8 @@ static aclError mm_run(const aclOpExecutor *ex, void *workspace) {
     ah_parallel_for(c.nb * g->m, 64, mm_pack_a, &c);
     ah_parallel_for(c.nb * c.ntiles, 1, mm_tiles, &c);
     free(apack);
+    if (c.failed)
+        return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     return ACL_SUCCESS;
 }
 
