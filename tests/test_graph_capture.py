@@ -158,3 +158,36 @@ def test_lru_eviction(clm, device):
 def test_bad_cache_capacity_is_an_error(clm, device):
     with pytest.raises(clm.CannError, match="GGML_CANN_GRAPH_CACHE_CAPACITY"):
         _backend(device, graph=True, capacity=0)
+
+
+def test_capture_with_pool_temporaries(clm, device):
+    """rms_norm, mul_mat and soft_max take pool temporaries: captured at the warm-up's addresses,
+    replays give the eager bytes."""
+    T = clm.TensorType
+
+    def run(graph: bool):
+        with _backend(device, graph=graph) as backend, clm.Context(64) as ctx:
+            x = ctx.new_tensor(T.F32, [256, 8], name="x")
+            w = ctx.new_tensor(T.F16, [256, 128], name="w")
+            g = ctx.new_tensor(T.F32, [256], name="g")
+            s = ctx.soft_max_ext(ctx.mul_mat(w, ctx.mul(ctx.rms_norm(x, 1e-6), g)), None, 0.125)
+            graph_ = ctx.new_graph().build_forward(s)
+            if not all(device.supports_op(n) for n in graph_.nodes):
+                pytest.skip("rms_norm / mul_mat / soft_max are not all supported yet")
+            with ctx.alloc_tensors(device.buffer_type):
+                rng = np.random.default_rng(3)
+                w.set(rng.standard_normal((128, 256)).astype(np.float16))
+                g.set(rng.standard_normal(256).astype(np.float32))
+                outs = []
+                for _ in range(3):
+                    x.set(rng.standard_normal((8, 256)).astype(np.float32))
+                    backend.graph_compute(graph_)
+                    backend.synchronize()
+                    outs.append(s.get().tobytes())
+                return outs, backend.stats()
+
+    eager, _ = run(False)
+    captured, stats = run(True)
+    assert captured == eager
+    if stats["pool_kind"] == "vmm":
+        assert (stats["graph_captures"], stats["graph_replays"]) == (1, 2)

@@ -234,6 +234,7 @@ clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,
     }
     *e = (graph_entry){.hash = hash, .words = words, .n_words = c->key_len, .ri = NULL, .last_used = ++c->tick};
 
+    cann_nn_cache_graph_begin(ctx);   /* per-graph caches recompute, so the capture records that work */
     aclError err = aclmdlRICaptureBegin(ctx->stream, ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL);
     if (err != ACL_SUCCESS) {
         const char *msg = aclGetRecentErrMsg();
