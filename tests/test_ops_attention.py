@@ -129,6 +129,6 @@ def test_supports_op_declines_what_fused_attention_cannot_do(clm, device):
         assert device.supports_op(_fa_node(clm, ctx))
         assert device.supports_op(_fa_node(clm, ctx, D=128, n_head=32, n_head_kv=8))
         assert not device.supports_op(_fa_node(clm, ctx, softcap=30.0))   # no softcap in FIA
-        assert not device.supports_op(_fa_node(clm, ctx, max_bias=8.0))   # ALiBi not implemented
+        assert device.supports_op(_fa_node(clm, ctx, max_bias=8.0))       # ALiBi: slopes in the pse
         assert not device.supports_op(_fa_node(clm, ctx, k_type=clm.TensorType.F32))  # K/V F16 only
         assert not device.supports_op(_fa_node(clm, ctx, D=40))           # D % 16 != 0

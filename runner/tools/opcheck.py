@@ -432,7 +432,9 @@ def _flash_attn_cases() -> list[Case]:
     cases.append(_fa_case(128, 32, 32, 64, 1))                  # Llama-7B decode shape
     cases.append(_fa_case(64, 9, 3, 256, 32))                   # SmolLM2 prefill chunk
     cases.append(_fa_case(64, 14, 2, 256, 1, mask=False))
-    cases.append(_fa_case(64, 8, 2, 113, 7, max_bias=8.0))
+    cases.append(_fa_case(64, 8, 2, 113, 7, max_bias=8.0))      # ALiBi
+    cases.append(_fa_case(64, 12, 4, 113, 1, max_bias=8.0))     # ALiBi, n_head not a power of 2
+    cases.append(_fa_case(128, 8, 8, 64, 3, max_bias=2.0, n_seq=2))
     cases.append(_fa_case(64, 8, 2, 113, 7, mask_pad=64))
     cases.append(_fa_case(64, 8, 2, 113, 3, n_seq=2))
     cases.append(_fa_case(64, 4, 4, 113, 7, kv_type=F32))

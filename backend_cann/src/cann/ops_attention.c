@@ -4,8 +4,10 @@
  * as the additive pse with stride-0 head (and sequence) dims, F16 output in BSND order - which is
  * ggml's permuted result [Dv, n_head, n_q, n_seq] - cast to the F32 destination.
  *
- * Declined (CPU fallback): ALiBi (max_bias != 0), logit softcap != 0 (FusedInferAttentionScore has
- * none), K/V not F16 (quantized caches), K and V head dims that differ or are not a multiple of
+ * ALiBi (max_bias > 0): the pse becomes slope[h] * mask in a per-head F16 temporary, with ggml's
+ * slopes (cached on the device by the pre-pass in ops_rope.c's cann_nn_cache_prepare).
+ *
+ * Declined (CPU fallback): logit softcap != 0 (FusedInferAttentionScore has none), K/V not F16 (quantized caches), K and V head dims that differ or are not a multiple of
  * 16 in [16, 512], attention sinks, masks that are not F16.
  */
 #include <string.h>
@@ -32,7 +34,7 @@ bool cann_supports_flash_attn_ext(const clm_tensor *op) {
     for (int i = 4; i < CLM_MAX_SRC; i++)
         if (op->src[i] != NULL) return false; /* sinks */
     float max_bias = clm_get_op_param_f32(op, 1), softcap = clm_get_op_param_f32(op, 2);
-    if (max_bias != 0.0f || softcap != 0.0f) return false;
+    if (max_bias < 0.0f || softcap != 0.0f) return false;
     if (q->type != CLM_TYPE_F32 && q->type != CLM_TYPE_F16 && q->type != CLM_TYPE_BF16) return false;
     if (k->type != CLM_TYPE_F16 || v->type != CLM_TYPE_F16) return false;
     if (op->type != CLM_TYPE_F32 && op->type != CLM_TYPE_F16) return false;
@@ -74,7 +76,8 @@ clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {
     const int64_t n_kv = k->ne[1], n_head_kv = k->ne[2];
     const double scale = clm_get_op_param_f32(dst, 0);
     clm_status st = CLM_OK;
-    cann_temp q_tmp = {0}, out_tmp = {0};
+    const float max_bias = clm_get_op_param_f32(dst, 1);
+    cann_temp q_tmp = {0}, pse_tmp = {0}, out_tmp = {0};
     aclTensor *acl_q = NULL, *acl_pse = NULL, *acl_out = NULL;
     aclTensorList *acl_k = NULL, *acl_v = NULL;
 
@@ -111,6 +114,24 @@ clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {
         size_t nb_p[4] = {mask->nb[0], mask->nb[1], mask->ne[2] == 1 ? 0 : mask->nb[2],
                           mask->ne[3] == 1 ? 0 : mask->nb[3]};
         acl_pse = cann_acl_tensor_nd(mask->data, mask->type, ne_p, nb_p, 4, 0);
+        if (acl_pse != NULL && max_bias > 0.0f) {
+            /* ALiBi: pse = slope[h] * mask, materialised per head as F16 */
+            void *slopes = NULL;
+            size_t nb_t[4];
+            contiguous_nb(CLM_TYPE_F16, ne_p, nb_t);
+            if ((st = cann_nn_alibi_slopes(ctx, max_bias, n_head, &slopes)) != CLM_OK) goto done;
+            if ((st = cann_temp_alloc(ctx, nb_t[3] * (size_t)ne_p[3], &pse_tmp)) != CLM_OK) goto done;
+            int64_t ne_s[4] = {1, 1, n_head, 1};
+            size_t nb_s[4] = {sizeof(float), sizeof(float), sizeof(float), sizeof(float) * (size_t)n_head};
+            aclTensor *acl_slopes = cann_acl_tensor_nd(slopes, CLM_TYPE_F32, ne_s, nb_s, 4, 0);
+            aclTensor *acl_biased = cann_acl_tensor_nd(pse_tmp.ptr, CLM_TYPE_F16, ne_p, nb_t, 4, 0);
+            st = (acl_slopes == NULL || acl_biased == NULL)
+                     ? clm_error(CLM_ERR_UNSUPPORTED, "%s: cannot describe the ALiBi bias", clm_op_desc(dst))
+                     : CANN_ACLNN(ctx, Mul, acl_pse, acl_slopes, acl_biased);
+            cann_destroy_tensors(2, acl_pse, acl_slopes);
+            acl_pse = acl_biased;
+            if (st != CLM_OK) goto done;
+        }
     }
 
     /* F16 output in BSND order = ggml's [D, n_head, n_q, n_seq] contiguous */
@@ -152,6 +173,7 @@ done:
     if (acl_k != NULL) aclDestroyTensorList(acl_k);
     if (acl_v != NULL) aclDestroyTensorList(acl_v);
     cann_temp_free(&out_tmp); /* LIFO */
+    cann_temp_free(&pse_tmp);
     cann_temp_free(&q_tmp);
     return st;
 }

@@ -398,6 +398,10 @@ clm_status cann_nn_cache_prepare(cann_backend_ctx *ctx, clm_graph *graph) {
             float max_bias;
             memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
             if (max_bias > 0.0f) st = cann_nn_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
+        } else if (node->op == CLM_OP_FLASH_ATTN_EXT && node->src[3] != NULL && cann_supports_flash_attn_ext(node)) {
+            float max_bias;
+            memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
+            if (max_bias > 0.0f) st = cann_nn_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
         } else if (node->op == CLM_OP_ROPE && cann_supports_rope(node)) {
             rope_params p = read_params(node);
             int64_t half = p.n_dims / 2;
