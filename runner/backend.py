@@ -534,6 +534,19 @@ class Tensor:
         check(lib.clm_tensor_get(self.c, ffi.from_buffer(host), 0, host.nbytes), "clm_tensor_get")
         return host
 
+    def write_bytes(self, data, offset: int = 0) -> None:
+        """Copy raw ggml bytes (any buffer-protocol object, e.g. a uint8 view of a memory map)
+        into the tensor at byte `offset`, synchronously; quantized tensors take whole blocks."""
+        size = memoryview(data).nbytes
+        check(lib.clm_tensor_set(self.c, ffi.from_buffer(data), offset, size), "clm_tensor_set")
+
+    def read_bytes(self, offset: int = 0, size: int | None = None) -> np.ndarray:
+        """Raw ggml bytes [offset, offset + size) of the tensor as a new uint8 array."""
+        size = self.nbytes - offset if size is None else size
+        host = np.empty(size, dtype=np.uint8)
+        check(lib.clm_tensor_get(self.c, ffi.from_buffer(host), offset, size), "clm_tensor_get")
+        return host
+
     def memset(self, value: int = 0) -> None:
         check(lib.clm_tensor_memset(self.c, value, 0, self.nbytes), "clm_tensor_memset")
 

@@ -1,0 +1,209 @@
+"""Upload a GGUF model's weights to device buffers: map -> device in chunks, conversions at load.
+
+load_weights() creates one backend.Context holding a tensor per GGUF tensor (the GGUF names),
+asks `buffer_type_for(name)` where each one lives (a layer split across devices, or a host buffer
+type for the CPU fallback), allocates one WEIGHTS buffer per buffer type sized by summing
+clm_buft_alloc_size (rounded to the buffer type's alignment; more buffers only past max_size) and
+streams the bytes from the memory map with clm_tensor_set in chunks of whole rows of a few MiB:
+the host never holds a second copy of the model, only one chunk at a time.
+
+Types the device keeps (F32, F16, BF16, Q8_0, Q4_0, Q4_1) are uploaded as they are. Others are
+converted chunk by chunk in C (cann_llm.convert): Q4_K onto Q4_1 blocks, the rest to Q8_0. The
+`convert` argument instead converts every weight matrix (2-D or more) to the given type;
+1-D tensors (norms, biases) always stay as they are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from . import backend
+from .loader import KEPT_TYPES, GGUFError, GGUFFile, TensorInfo, type_name
+
+__all__ = ["WeightStore", "load_weights", "target_type", "parse_type", "CONVERT_TARGETS"]
+
+T = GGMLQuantizationType
+CONVERT_TARGETS = (T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1)
+CHUNK_BYTES = 4 << 20
+
+
+def parse_type(value) -> int:
+    """A target type from an int, a GGMLQuantizationType or a name ("q8_0", "F16")."""
+    if isinstance(value, str):
+        try:
+            value = T[value.upper()]
+        except KeyError:
+            raise ValueError(f"unknown type {value!r} (choose from "
+                             f"{', '.join(t.name for t in CONVERT_TARGETS)})") from None
+    value = T(int(value))
+    if value not in CONVERT_TARGETS:
+        raise ValueError(f"cannot convert to {value.name} (choose from "
+                         f"{', '.join(t.name for t in CONVERT_TARGETS)})")
+    return int(value)
+
+
+def default_target(src_type: int) -> int:
+    """The type a tensor the device cannot hold becomes: Q4_K -> Q4_1, others -> Q8_0."""
+    if src_type in KEPT_TYPES:
+        return int(src_type)
+    return int(T.Q4_1) if src_type == T.Q4_K else int(T.Q8_0)
+
+
+def target_type(info: TensorInfo, convert: int | None = None) -> int:
+    """The type `info` gets on the device (see the module docstring)."""
+    if convert is not None and info.n_dims >= 2:
+        dst = int(convert)
+    else:
+        dst = default_target(info.type)
+    if info.ne[0] % GGML_QUANT_SIZES[T(dst)][0]:
+        dst = int(T.F32) if info.n_dims == 1 else int(T.Q8_0)
+        if info.ne[0] % 32:   # not even Q8_0 blocks: keep full precision
+            dst = int(T.F16)
+    return dst
+
+
+class WeightStore:
+    """The model's weight tensors on their devices. Owns their Context and Buffers."""
+
+    def __init__(self, ctx: backend.Context, tensors: dict, buffers: list, stats: dict):
+        self.ctx = ctx
+        self.tensors: dict[str, backend.Tensor] = tensors
+        self.buffers: list[backend.Buffer] = buffers
+        self.stats = stats    # bytes_read, bytes_device, seconds, converted {(src, dst): count}
+
+    def __getitem__(self, name: str) -> backend.Tensor:
+        return self.tensors[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def get(self, name: str, default=None):
+        return self.tensors.get(name, default)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.size for b in self.buffers if not b.closed)
+
+    def close(self) -> None:
+        self.tensors = {}
+        for buffer in self.buffers:
+            buffer.close()
+        self.buffers = []
+        self.ctx.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _place(ctx, gguf: GGUFFile, buffer_type_for, convert):
+    """Create the tensors, group them by buffer type and allocate the buffers."""
+    tensors, groups = {}, {}
+    for name, info in gguf.tensors.items():
+        dst = target_type(info, convert)
+        tensor = ctx.new_tensor(dst, info.ne, name)
+        tensors[name] = tensor
+        buft = buffer_type_for(name)
+        groups.setdefault(buft, []).append(tensor)
+    buffers = []
+    for buft, members in groups.items():
+        alignment = max(buft.alignment, 1)
+        max_size = buft.max_size or (1 << 62)
+        batches, batch, total = [], [], 0
+        for tensor in members:
+            size = (buft.alloc_size(tensor) + alignment - 1) // alignment * alignment
+            if batch and total + size > max_size:
+                batches.append((batch, total))
+                batch, total = [], 0
+            batch.append((tensor, total))
+            total += size
+        batches.append((batch, total))
+        for batch, total in batches:
+            try:
+                buffer = buft.alloc_buffer(max(total, alignment))
+            except backend.CannError as exc:
+                raise backend.CannError(exc.status, f"cannot allocate {total / 2**20:.1f} MiB of "
+                                        f"weights in {buft.name}: {exc.message}") from None
+            buffer.usage = backend.BufferUsage.WEIGHTS
+            buffers.append(buffer)
+            for tensor, offset in batch:
+                tensor.alloc(buffer, offset)
+    return tensors, buffers
+
+
+def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int) -> int:
+    """Stream info.data (ggml bytes in the map) into tensor, converting when the types differ.
+    Returns the number of source bytes read."""
+    src_block, src_size = GGML_QUANT_SIZES[T(info.type)]
+    dst_type = int(tensor.type)
+    dst_block, dst_size = GGML_QUANT_SIZES[T(dst_type)]
+    n_rows = info.n_elements // info.ne[0]
+    src_row = info.ne[0] // src_block * src_size
+    dst_row = info.ne[0] // dst_block * dst_size
+    rows = max(1, chunk_bytes // max(src_row, dst_row))
+    data = info.data
+    if dst_type == info.type:
+        for r in range(0, n_rows, rows):
+            n = min(rows, n_rows - r)
+            tensor.write_bytes(data[r * src_row:(r + n) * src_row], r * src_row)
+        return info.nbytes
+    from . import convert
+    out = np.empty(min(rows, n_rows) * dst_row, dtype=np.uint8)
+    for r in range(0, n_rows, rows):
+        n = min(rows, n_rows - r)
+        dst = out[:n * dst_row]
+        convert.convert(info.type, data[r * src_row:(r + n) * src_row], dst_type, dst,
+                        n * info.ne[0])
+        tensor.write_bytes(dst, r * dst_row)
+    return info.nbytes
+
+
+def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.BufferType],
+                 convert: int | str | None = None, log=print,
+                 chunk_bytes: int = CHUNK_BYTES) -> WeightStore:
+    """Place and upload every tensor of `gguf` (see the module docstring)."""
+    if convert is not None:
+        convert = parse_type(convert)
+    t0 = time.perf_counter()
+    ctx = backend.Context(max_tensors=len(gguf.tensors) + 8)
+    try:
+        tensors, buffers = _place(ctx, gguf, buffer_type_for, convert)
+    except BaseException:
+        ctx.close()
+        raise
+    store = WeightStore(ctx, tensors, buffers, {})
+    converted, convert_s, bytes_read = Counter(), 0.0, 0
+    try:
+        for name, info in gguf.tensors.items():
+            tensor = tensors[name]
+            t1 = time.perf_counter()
+            try:
+                bytes_read += _upload(tensor, info, chunk_bytes)
+            except backend.CannError as exc:
+                raise backend.CannError(exc.status, f"{gguf.path}: tensor {name!r}: "
+                                        f"{exc.message}") from None
+            if int(tensor.type) != info.type:
+                converted[(info.type, int(tensor.type))] += 1
+                convert_s += time.perf_counter() - t1
+    except BaseException:
+        store.close()
+        raise
+    seconds = time.perf_counter() - t0
+    if converted and log is not None:
+        what = ", ".join(f"{n} {type_name(s)} -> {type_name(d)}"
+                         for (s, d), n in sorted(converted.items()))
+        log(f"cann-llm: converted {sum(converted.values())} tensors at load ({what}) "
+            f"in {convert_s:.2f} s")
+    store.stats = {"bytes_read": bytes_read, "bytes_device": store.nbytes, "seconds": seconds,
+                   "converted": dict(converted)}
+    return store
+
+
+__all__ += ["GGUFError"]
