@@ -63,6 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     from .tools import add_arguments as add_test_ops_arguments
     add_test_ops_arguments(test_ops)
     test_ops.set_defaults(handler=cmd_test_ops)
+    from .run_cli import add_run_arguments, cmd_run
+    run = commands.add_parser(
+        "run", help="chat with a model, or answer one prompt (default: SmolLM2-135M-Instruct)",
+        description="One-shot chat answer with a prompt (-p or PROMPT), an interactive chat "
+                    "without one (or with -i); --raw for plain completion. Timings on stderr.")
+    add_run_arguments(run)
+    run.set_defaults(handler=cmd_run)
+    from .bench import add_bench_arguments, cmd_bench
+    bench = commands.add_parser(
+        "bench", help="prompt and generation tokens/s, llama-bench style (vs llama.cpp if found)")
+    add_bench_arguments(bench)
+    bench.set_defaults(handler=cmd_bench)
     return parser
 
 

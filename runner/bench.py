@@ -1,0 +1,323 @@
+"""`cann-llm bench`: llama-bench-style prompt (ppN) and generation (tgN) speed, and the same
+measurement through llama.cpp (llama-cpp-python) on the same file for comparison.
+
+Both sides are timed the same way, by wall clock around the public API: pp = prompt tokens /
+time to the first generated token (one forward pass over the prompt, in n_batch chunks); tg =
+generated tokens after the first / the time they took (one single-token forward pass each,
+greedy, end-of-generation tokens banned so every run generates N tokens). Random token ids
+(fixed seed) so no prompt cache helps. This file also runs standalone under another Python
+(`python bench.py --llamacpp-worker JSON`) where only llama_cpp is installed: top-level imports
+stay in the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+__all__ = ["bench_ours", "bench_llamacpp", "format_rows", "add_bench_arguments", "cmd_bench"]
+
+
+def _mean_std(values):
+    if not values:
+        return 0.0, 0.0
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _random_ids(rng, n_vocab, n, avoid):
+    ids = []
+    while len(ids) < n:
+        t = rng.randrange(n_vocab)
+        if t not in avoid:
+            ids.append(t)
+    return ids
+
+
+# -- ours ---------------------------------------------------------------------------------------
+
+def bench_ours(model, n_prompt=512, n_gen=128, reps=5, seed=0, warmup=True, log=None):
+    """{"pp": [tokens/s per rep], "tg": [...]} on a loaded cann_llm Model."""
+    import random
+    rng = random.Random(seed)
+    tok = model.tokenizer
+    eog = set(getattr(tok, "eog_ids", ()) or ())
+    n_vocab = model.hparams.n_vocab
+    ban = {t: float("-inf") for t in eog}
+    greedy = dict(temperature=0.0, logit_bias=ban)
+    results = {"pp": [], "tg": []}
+
+    def run_pp(ids):
+        t0 = time.perf_counter()
+        for _ in model.generate(ids, max_tokens=1, **greedy):
+            break
+        return time.perf_counter() - t0
+
+    def run_tg(n):
+        ids = _random_ids(rng, n_vocab, 1, eog)
+        t_first = None
+        count = 0
+        t0 = time.perf_counter()
+        for _ in model.generate(ids, max_tokens=n + 1, **greedy):
+            count += 1
+            if t_first is None:
+                t_first = time.perf_counter()
+        t_end = time.perf_counter()
+        return (count - 1), t_end - (t_first if t_first is not None else t0)
+
+    if warmup:
+        if n_prompt:
+            run_pp(_random_ids(rng, n_vocab, min(n_prompt, 32), eog))
+        if n_gen:
+            run_tg(4)
+    for _ in range(reps):
+        if n_prompt:
+            dt = run_pp(_random_ids(rng, n_vocab, n_prompt, eog))
+            results["pp"].append(n_prompt / dt)
+        if n_gen:
+            n, dt = run_tg(n_gen)
+            results["tg"].append(n / dt if dt > 0 else 0.0)
+        if log:
+            log(f"rep done: pp {results['pp'][-1:]} tg {results['tg'][-1:]}")
+    return results
+
+
+# -- llama.cpp ----------------------------------------------------------------------------------
+
+def _llamacpp_worker(cfg: dict) -> dict:
+    """Runs under a Python with llama_cpp: the same measurement through llama-cpp-python."""
+    import random
+
+    import llama_cpp
+    kwargs = dict(model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"],
+                  n_ubatch=cfg["n_batch"], n_gpu_layers=0, verbose=False, logits_all=False)
+    if cfg.get("threads"):
+        kwargs["n_threads"] = kwargs["n_threads_batch"] = cfg["threads"]
+    params = llama_cpp.llama_model_default_params
+    extra = "use_extra_bufts" in dict(getattr(params().__class__, "_fields_", []))
+    if extra:
+        # the AMX/extra buffer types crash on quantized models on this kind of CPU: keep them off
+        orig = llama_cpp.llama_model_default_params
+
+        def no_extra():
+            p = orig()
+            p.use_extra_bufts = False
+            return p
+        llama_cpp.llama_model_default_params = no_extra
+        llama_cpp.llama_cpp.llama_model_default_params = no_extra
+        import llama_cpp.llama as _ll
+        if hasattr(_ll, "llama_cpp"):
+            _ll.llama_cpp.llama_model_default_params = no_extra
+    llm = llama_cpp.Llama(**kwargs)
+    n_vocab = llm.n_vocab()
+    eog = {t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)} \
+        if hasattr(llama_cpp, "llama_vocab_is_eog") else {llm.token_eos()}
+    rng = random.Random(cfg["seed"])
+    n_prompt, n_gen = cfg["n_prompt"], cfg["n_gen"]
+
+    def argmax_not_eog():
+        scores = llm.scores[llm.n_tokens - 1]
+        order = scores.argsort()[::-1]
+        for t in order[:16]:
+            if int(t) not in eog:
+                return int(t)
+        return int(order[0])
+
+    def run_pp(ids):
+        llm.reset()
+        llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        argmax_not_eog()
+        return time.perf_counter() - t0
+
+    def run_tg(n):
+        llm.reset()
+        llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+        llm.eval(_random_ids(rng, n_vocab, 1, eog))
+        tok = argmax_not_eog()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            llm.eval([tok])
+            tok = argmax_not_eog()
+        return n, time.perf_counter() - t0
+
+    if n_prompt:
+        run_pp(_random_ids(rng, n_vocab, min(n_prompt, 32), eog))
+    if n_gen:
+        run_tg(4)
+    out = {"pp": [], "tg": [], "version": getattr(llama_cpp, "__version__", "?"),
+           "use_extra_bufts": (False if extra else None), "n_threads": llm.n_threads if hasattr(
+               llm, "n_threads") else cfg.get("threads")}
+    for _ in range(cfg["reps"]):
+        if n_prompt:
+            out["pp"].append(n_prompt / run_pp(_random_ids(rng, n_vocab, n_prompt, eog)))
+        if n_gen:
+            n, dt = run_tg(n_gen)
+            out["tg"].append(n / dt)
+    return out
+
+
+def bench_llamacpp(path, n_prompt=512, n_gen=128, reps=5, threads=None, n_ctx=None,
+                   n_batch=512, seed=0, python=None, timeout=3600):
+    """The llama.cpp side, in a subprocess (under `python`, default this interpreter)."""
+    cfg = dict(path=str(path), n_prompt=n_prompt, n_gen=n_gen, reps=reps, threads=threads,
+               n_ctx=n_ctx or max(n_prompt + n_gen + 16, 1024), n_batch=n_batch, seed=seed)
+    cmd = [python or sys.executable, os.path.abspath(__file__), "--llamacpp-worker",
+           json.dumps(cfg)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"llama.cpp benchmark failed (exit {proc.returncode}): {tail}")
+    return json.loads(lines[-1])
+
+
+def llamacpp_python(explicit=None):
+    """A Python that can import llama_cpp: `explicit`, this one, or None."""
+    if explicit:
+        return explicit
+    try:
+        import importlib.util
+        if importlib.util.find_spec("llama_cpp") is not None:
+            return sys.executable
+    except (ImportError, ValueError):
+        pass
+    return None
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+def format_rows(rows) -> str:
+    """A llama-bench markdown table from dicts with model/size/params/backend/threads/test/tps."""
+    header = ["model", "size", "params", "backend", "threads", "test", "t/s"]
+    body = []
+    for r in rows:
+        mean, std = _mean_std(r["tps"])
+        body.append([r["model"], r["size"], r["params"], r["backend"], str(r["threads"]),
+                     r["test"], f"{mean:.2f} ± {std:.2f}"])
+    widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
+    right = {4, 6}
+
+    def line(cells):
+        return "| " + " | ".join(c.rjust(w) if i in right else c.ljust(w)
+                                 for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    sep = "| " + " | ".join(("-" * (w - 1) + ":") if i in right else "-" * w
+                            for i, w in enumerate(widths)) + " |"
+    return "\n".join([line(header), sep, *map(line, body)])
+
+
+def _size(n_bytes):
+    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.2f} MiB"
+
+
+def _model_facts(path):
+    from . import loader
+    g = loader.open_gguf(path)
+    n_params = sum(_n_elements(t.ne) for t in g.tensors.values())
+    n_bytes = sum(t.nbytes for t in g.tensors.values())
+    types = {}
+    for t in g.tensors.values():
+        if len(t.ne) >= 2 and t.ne[1] > 1:
+            name = loader.type_name(t.type)
+            types[name] = types.get(name, 0) + t.nbytes
+    main = max(types, key=types.get) if types else "?"
+    params = f"{n_params / 1e9:.2f} B" if n_params >= 1e9 else f"{n_params / 1e6:.2f} M"
+    label = f"{g.hparams.arch} {params.replace(' ', '')} {main}"
+    return label, _size(n_bytes), params
+
+
+def _n_elements(ne):
+    n = 1
+    for d in ne:
+        n *= int(d)
+    return n
+
+
+def add_bench_arguments(p):
+    from .run_cli import add_model_arguments
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a .gguf file (default: the default model)")
+    p.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N",
+                   help="prompt tokens of the pp test (0: skip; default 512)")
+    p.add_argument("-n", "--n-gen", type=int, default=128, metavar="N",
+                   help="generated tokens of the tg test (0: skip; default 128)")
+    p.add_argument("-r", "--repetitions", type=int, default=5, metavar="N",
+                   help="repetitions of each test (default 5)")
+    p.add_argument("--llamacpp", default="auto", metavar="auto|off|PYTHON",
+                   help="also measure llama.cpp (llama-cpp-python) on the same file: auto (when "
+                        "this Python can import llama_cpp), off, or a Python that can")
+    add_model_arguments(p)
+    p.set_defaults(ctx_size=0)
+
+
+def cmd_bench(args) -> int:
+    from .run_cli import RunError, load_model, resolve_model
+    for flag, v, lo in (("-p", args.n_prompt, 0), ("-n", args.n_gen, 0),
+                        ("-r", args.repetitions, 1)):
+        if v < lo:
+            raise RunError(f"{flag} must be >= {lo}, got {v}")
+    if not args.n_prompt and not args.n_gen:
+        raise RunError("nothing to measure: -p 0 and -n 0")
+    path = resolve_model(args.model)
+    if not args.ctx_size:
+        args.ctx_size = max(args.n_prompt + args.n_gen + 16, 1024)
+    label, size, params = _model_facts(path)
+    model = load_model(args, path)
+    from . import backend
+    runtime = backend.runtime_name()
+    threads = args.threads or os.environ.get("CANN_LLM_THREADS") or os.cpu_count()
+    try:
+        ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
+        load_ms = model.timings().get("load_ms")
+    finally:
+        if hasattr(model, "close"):
+            model.close()
+    backend_name = f"CANN ({runtime})" if args.device.upper().startswith("CANN") else "CPU ref"
+    rows = []
+    for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+        if n:
+            rows.append(dict(model=label, size=size, params=params, backend=backend_name,
+                             threads=threads, test=f"{test}{n}", tps=ours[test]))
+    theirs = None
+    py = None if args.llamacpp == "off" else llamacpp_python(
+        None if args.llamacpp == "auto" else args.llamacpp)
+    if py:
+        print(f"cann-llm: measuring llama.cpp through {py}", file=sys.stderr, flush=True)
+        theirs = bench_llamacpp(path, args.n_prompt, args.n_gen, args.repetitions,
+                                threads=args.threads, n_ctx=args.ctx_size,
+                                n_batch=args.batch_size, python=py)
+        for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+            if n:
+                rows.append(dict(model=label, size=size, params=params,
+                                 backend=f"llama.cpp {theirs.get('version', '')} CPU".strip(),
+                                 threads=theirs.get("n_threads") or threads,
+                                 test=f"{test}{n}", tps=theirs[test]))
+    elif args.llamacpp not in ("auto", "off"):
+        raise RunError(f"--llamacpp {args.llamacpp}: not a Python that can import llama_cpp")
+    print(format_rows(rows))
+    print(f"\ndevice {args.device.upper()}, runtime {runtime}"
+          + (f", load {load_ms:.0f} ms" if load_ms else ""))
+    for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+        if not n:
+            continue
+        m, _ = _mean_std(ours[test])
+        line = f"{test}{n}: cann-llm {m:.2f} t/s ({1e3 / m if m else 0:.2f} ms/token)"
+        if theirs:
+            t, _ = _mean_std(theirs[test])
+            line += (f", llama.cpp {t:.2f} t/s ({1e3 / t if t else 0:.2f} ms/token), "
+                     f"ratio {m / t if t else 0:.2f}x")
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--llamacpp-worker":
+        print(json.dumps(_llamacpp_worker(json.loads(sys.argv[2]))))
+        sys.exit(0)
+    print("usage: bench.py --llamacpp-worker JSON (use `cann-llm bench`)", file=sys.stderr)
+    sys.exit(2)

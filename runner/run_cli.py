@@ -1,0 +1,326 @@
+"""`cann-llm run`: one-shot chat answers, plain completions and the interactive chat loop.
+
+The CLI layer over cann_llm.load(...) -> Model: argument checks before the model loads, the
+default model (fetched on first use), streaming to stdout, llama.cpp-style timings on stderr.
+cli.py registers the subcommand; errors surface as one line there (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+__all__ = ["add_run_arguments", "cmd_run", "add_model_arguments", "resolve_model",
+           "load_model", "sampling_kwargs"]
+
+_DEVICE_RE = re.compile(r"^(CPU|CANN\d+)(,(CPU|CANN\d+))*$")
+
+
+class RunError(ValueError):
+    """A bad argument or input, reported as one line."""
+
+
+# -- arguments shared by run and bench --------------------------------------------------------
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N",
+                   help="context size in tokens (0: the model's training context; default 4096)")
+    p.add_argument("-t", "--threads", type=int, default=None, metavar="N",
+                   help="host threads (default: all cores; also CANN_LLM_THREADS)")
+    p.add_argument("-b", "--batch-size", type=int, default=512, metavar="N",
+                   help="prompt tokens per forward pass (default 512)")
+    p.add_argument("--device", default="CANN0", metavar="DEV",
+                   help="CANN0 (default), CANNn, CPU (the numpy reference), or a comma list "
+                        "of CANN devices to split the layers over")
+    p.add_argument("-fa", "--flash-attn", choices=("on", "off"), default="on",
+                   help="attention through FLASH_ATTN_EXT (on, default) or SOFT_MAX (off)")
+    p.add_argument("--convert", default=None, metavar="TYPE",
+                   help="convert weights the device cannot hold to TYPE at load (Q8_0, Q4_1, ...)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print load details, graph splits and compute buffer sizes")
+
+
+def _check_model_arguments(args) -> str:
+    device = args.device.upper()
+    if not _DEVICE_RE.match(device):
+        raise RunError(f"--device {args.device!r}: expected CANN0, CANNn, CPU or a comma list")
+    if args.ctx_size < 0:
+        raise RunError(f"-c/--ctx-size must be >= 0 (0: the model's), got {args.ctx_size}")
+    if args.threads is not None and args.threads < 1:
+        raise RunError(f"-t/--threads must be >= 1, got {args.threads}")
+    if args.batch_size < 1:
+        raise RunError(f"-b/--batch-size must be >= 1, got {args.batch_size}")
+    return device
+
+
+def resolve_model(model: str | None) -> str:
+    """The .gguf path to load: MODEL as given (checked to be a file), or the default model,
+    fetched into the cache on first use (progress on stderr)."""
+    if model is None or model == "default":
+        from . import models
+        try:
+            return str(models.default_model_path(download=True))
+        except models.ModelDownloadError as e:
+            raise RunError(f"default model: {e}".replace("\n", " | ")) from None
+    if not os.path.exists(model):
+        hint = "" if model.endswith(".gguf") else \
+            " (MODEL is a .gguf path; give the prompt with -p to use the default model)"
+        raise RunError(f"{model}: no such file{hint}")
+    if os.path.isdir(model):
+        raise RunError(f"{model}: is a directory, not a .gguf file")
+    return model
+
+
+def load_model(args, path: str):
+    import cann_llm
+    device = _check_model_arguments(args)
+    kwargs = dict(device=device, n_ctx=args.ctx_size, n_threads=args.threads,
+                  n_batch=args.batch_size, flash_attn=args.flash_attn == "on",
+                  convert=args.convert, verbose=args.verbose)
+    load = getattr(cann_llm, "load", None)
+    if load is None:                      # before __init__ re-exports it
+        from .model import load
+    return load(path, **kwargs)
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a .gguf file (default: SmolLM2-135M-Instruct Q4_1, fetched on first use)")
+    p.add_argument("prompt_words", nargs="*", metavar="PROMPT",
+                   help="the prompt (or -p); without a prompt, or with -i, chat interactively")
+    p.add_argument("-p", "--prompt", default=None, help="the prompt")
+    p.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from FILE")
+    p.add_argument("--system", default=None, metavar="TEXT", help="system message for the chat")
+    p.add_argument("-i", "--interactive", action="store_true",
+                   help="chat: read a message per line (/exit or Ctrl-D to quit, /clear)")
+    p.add_argument("--raw", "--no-chat", dest="raw", action="store_true",
+                   help="plain completion of the prompt, without the chat template")
+    p.add_argument("-n", "--n-predict", type=int, default=-1, metavar="N",
+                   help="maximum tokens to generate (-1: until the end of the answer or a full "
+                        "context; default -1)")
+    g = p.add_argument_group("sampling (llama.cpp's defaults and order)")
+    g.add_argument("--temp", type=float, default=0.8, help="temperature; <= 0 greedy (0.8)")
+    g.add_argument("--top-k", type=int, default=40, help="top-k, <= 0 off (40)")
+    g.add_argument("--top-p", type=float, default=0.95, help="top-p, 1 off (0.95)")
+    g.add_argument("--min-p", type=float, default=0.05, help="min-p, 0 off (0.05)")
+    g.add_argument("--repeat-penalty", type=float, default=1.0, help="1 off (1.0)")
+    g.add_argument("--repeat-last-n", type=int, default=64, help="penalty window; -1 all (64)")
+    g.add_argument("--presence-penalty", type=float, default=0.0, help="0 off (0.0)")
+    g.add_argument("--frequency-penalty", type=float, default=0.0, help="0 off (0.0)")
+    g.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed; -1 random (-1)")
+    add_model_arguments(p)
+
+
+def sampling_kwargs(args) -> dict:
+    """generate()/chat() sampling keywords from the arguments, checked by building a Sampler."""
+    from .sampler import Sampler
+    kw = dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+              repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+              presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
+    flags = {"temperature": "--temp", "top_p": "--top-p", "min_p": "--min-p",
+             "repeat_penalty": "--repeat-penalty", "repeat_last_n": "--repeat-last-n",
+             "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty"}
+    try:
+        sampler = Sampler(**kw, seed=args.seed)
+    except ValueError as e:
+        msg = str(e)
+        for name, flag in flags.items():
+            if msg.startswith(name + " "):
+                msg = flag + msg[len(name):]
+                break
+        raise RunError(msg) from None
+    kw["seed"] = sampler.seed            # a concrete seed, printed with -v
+    return kw
+
+
+def _prompt_text(args) -> str | None:
+    parts = []
+    if args.prompt is not None:
+        parts.append(args.prompt)
+    if args.file is not None:
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                parts.append(f.read())
+        except (OSError, UnicodeDecodeError) as e:
+            raise RunError(f"-f {args.file}: {getattr(e, 'strerror', None) or e}") from None
+    if args.prompt_words:
+        parts.append(" ".join(args.prompt_words))
+    if not parts:
+        return None
+    return "\n".join(parts)
+
+
+def _max_tokens(args, model) -> int:
+    return args.n_predict if args.n_predict >= 0 else model.n_ctx
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def print_timings(model, out=None) -> None:
+    """The closing lines, in llama.cpp's llama_perf_context_print format."""
+    out = out or sys.stderr
+    t = model.timings()
+
+    def rate(ms, n, what):
+        per = ms / n if n else 0.0
+        tps = 1e3 * n / ms if ms > 0 else 0.0
+        return f"{ms:10.2f} ms / {n:5d} {what} ({per:8.2f} ms per token, {tps:8.2f} tokens per second)"
+
+    load_ms = float(t.get("load_ms", 0.0))
+    p_ms, p_n = float(t.get("prompt_ms", 0.0)), int(t.get("prompt_tokens", 0))
+    g_ms, g_n = float(t.get("gen_ms", 0.0)), int(t.get("gen_tokens", 0))
+    print(f"cann-llm:        load time = {load_ms:10.2f} ms", file=out)
+    print(f"cann-llm: prompt eval time = {rate(p_ms, p_n, 'tokens')}", file=out)
+    print(f"cann-llm:        eval time = {rate(g_ms, g_n, 'runs  ')}", file=out)
+    print(f"cann-llm:       total time = {p_ms + g_ms:10.2f} ms / {p_n + g_n:5d} tokens",
+          file=out, flush=True)
+
+
+class _Stream:
+    """Writes pieces to stdout as they come and remembers whether the line is open."""
+
+    def __init__(self):
+        self.text = []
+        self.open_line = False
+
+    def write(self, piece: str) -> None:
+        if piece:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            self.text.append(piece)
+            self.open_line = not piece.endswith("\n")
+
+    def end(self) -> None:
+        if self.open_line:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.open_line = False
+
+
+def _stream_chat(model, messages, max_tokens, sampling) -> str:
+    from .model import ContextFullError
+    out = _Stream()
+    try:
+        for piece in model.chat(messages, max_tokens=max_tokens, **sampling):
+            out.write(piece)
+    except ContextFullError as e:
+        out.end()
+        if not out.text:
+            raise
+        _err(f"cann-llm: stopped: {e}")
+    except KeyboardInterrupt:
+        out.end()
+        _err("cann-llm: interrupted")
+        return "".join(out.text)
+    out.end()
+    return "".join(out.text)
+
+
+def _stream_raw(model, prompt, max_tokens, sampling) -> None:
+    from .model import ContextFullError
+    ids = model.tokenize(prompt)
+    if len(ids) >= model.n_ctx:
+        raise ContextFullError(f"the prompt has {len(ids)} tokens, the context holds "
+                               f"{model.n_ctx} (-c)")
+    max_tokens = min(max_tokens, model.n_ctx - len(ids))
+    detok = model.tokenizer.incremental()
+    out = _Stream()
+    try:
+        for token in model.generate(ids, max_tokens=max_tokens, **sampling):
+            if model.tokenizer.is_eog(token):
+                break
+            out.write(detok.add(token))
+        out.write(detok.flush())
+    except ContextFullError as e:
+        out.end()
+        _err(f"cann-llm: stopped: {e}")
+    out.end()
+
+
+def _interactive(model, args, sampling, first_prompt) -> None:
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    interactive_tty = sys.stdin.isatty()
+    if interactive_tty:
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+        _err("cann-llm: chatting with the model; /exit or Ctrl-D to quit, /clear to forget the "
+             "conversation")
+    pending = first_prompt
+    while True:
+        if pending is None:
+            try:
+                line = input("> " if interactive_tty else "")
+            except EOFError:
+                if interactive_tty:
+                    print()
+                return
+            except KeyboardInterrupt:
+                print()
+                return
+        else:
+            line, pending = pending, None
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/exit", "/quit", "/bye"):
+            return
+        if text == "/clear":
+            messages = messages[:1] if args.system else []
+            _err("cann-llm: conversation cleared")
+            continue
+        messages.append({"role": "user", "content": line})
+        try:
+            reply = _stream_chat(model, messages, _max_tokens(args, model), sampling)
+        except ValueError as e:     # the conversation no longer fits: say so and go on
+            messages.pop()
+            _err(f"cann-llm: {e} (/clear to start over)")
+            continue
+        messages.append({"role": "assistant", "content": reply})
+        if args.verbose:
+            print_timings(model)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.n_predict < -1:
+        raise RunError(f"-n/--n-predict must be >= -1 (-1: no limit), got {args.n_predict}")
+    sampling = sampling_kwargs(args)
+    _check_model_arguments(args)
+    prompt = _prompt_text(args)
+    path = resolve_model(args.model)
+    if args.raw and prompt is None:
+        raise RunError("--raw needs a prompt (-p, -f or PROMPT)")
+    if args.raw and args.interactive:
+        raise RunError("--raw and -i do not go together (the chat uses the template)")
+    model = load_model(args, path)
+    try:
+        if args.verbose:
+            _err(f"cann-llm: sampling: temp {args.temp}, top_k {args.top_k}, top_p {args.top_p}, "
+                 f"min_p {args.min_p}, repeat_penalty {args.repeat_penalty} (last "
+                 f"{args.repeat_last_n}), seed {sampling['seed']}")
+        if args.interactive or prompt is None:
+            _interactive(model, args, sampling, prompt)
+            return 0
+        max_tokens = _max_tokens(args, model)
+        if args.raw:
+            _stream_raw(model, prompt, max_tokens, sampling)
+        else:
+            messages = [{"role": "system", "content": args.system}] if args.system else []
+            messages.append({"role": "user", "content": prompt})
+            _stream_chat(model, messages, max_tokens, sampling)
+        print_timings(model)
+        if args.verbose and hasattr(model, "describe"):
+            _err(model.describe())
+        return 0
+    finally:
+        close = getattr(model, "close", None)
+        if close:
+            close()
+

@@ -1,0 +1,277 @@
+"""`cann-llm run` and `cann-llm bench`: argument checks and the chat loop on a stand-in model
+(in-process, quick), then the real thing as subprocesses on the default model."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cann_llm import cli
+
+
+def _has_model_api():
+    try:
+        from cann_llm import model  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _default_model():
+    from cann_llm import models
+    try:
+        return str(models.default_model_path(download=False))
+    except (FileNotFoundError, models.ModelDownloadError):
+        return None
+
+
+def _cann_llm(*args, stdin=None, timeout=300):
+    exe = shutil.which("cann-llm")
+    assert exe, "the cann-llm console script is not on PATH (is the venv active?)"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout,
+                          input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def _one_line_error(result):
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    err = result.stderr.strip()
+    assert err.startswith("cann-llm: "), err
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+# -- a stand-in Model with the cann_llm.model interface -------------------------------------------
+
+class _FakeTokenizer:
+    eog_ids = {0}
+
+    def is_eog(self, t):
+        return t in self.eog_ids
+
+    def incremental(self):
+        class D:
+            def add(self, t):
+                return f" w{t}"
+
+            def flush(self):
+                return ""
+        return D()
+
+
+class _FakeModel:
+    n_ctx = 64
+
+    def __init__(self):
+        self.tokenizer = _FakeTokenizer()
+        self.calls = []
+        self._t = {}
+
+    def tokenize(self, text, special=True):
+        return [1 + (len(w) % 7) for w in text.split()]
+
+    def generate(self, ids, max_tokens=128, **kw):
+        self.calls.append(("generate", list(ids), max_tokens, kw))
+        for i in range(max_tokens):
+            yield 5 + i
+        self._t = dict(load_ms=1.0, prompt_tokens=len(ids), prompt_ms=2.0,
+                       gen_tokens=max_tokens, gen_ms=4.0)
+
+    def chat(self, messages, max_tokens=128, **kw):
+        self.calls.append(("chat", [dict(m) for m in messages], max_tokens, kw))
+        n = sum(len(m["content"]) for m in messages)
+        if n > 200:
+            from cann_llm.model import ContextFullError
+            raise ContextFullError("the prompt has 300 tokens, the context holds 64")
+        for piece in ["Paris", " is", " it."][:max_tokens]:
+            yield piece
+        self._t = dict(load_ms=1.0, prompt_tokens=n, prompt_ms=2.0, gen_tokens=3, gen_ms=4.0)
+
+    def timings(self):
+        return dict(self._t)
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    if not _has_model_api():
+        pytest.skip("cann_llm.model is not there yet")
+    import cann_llm
+    from cann_llm import run_cli
+    model = _FakeModel()
+    seen = {}
+
+    def load(path, **kw):
+        seen.update(kw, path=path)
+        return model
+    monkeypatch.setattr(cann_llm, "load", load, raising=False)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(run_cli, "resolve_model", lambda m: str(gguf))
+    model.seen = seen
+    return model
+
+
+def test_one_shot_chat_streams_and_prints_timings(fake, capsys):
+    assert cli.main(["run", "-p", "capital of France?", "-n", "8", "--temp", "0",
+                     "--system", "be brief", "-t", "2", "-c", "256"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "Paris is it.\n"
+    assert "load time" in err and "prompt eval time" in err and "tokens per second" in err
+    kind, messages, max_tokens, kw = fake.calls[0]
+    assert kind == "chat" and max_tokens == 8 and kw["temperature"] == 0.0
+    assert messages == [{"role": "system", "content": "be brief"},
+                        {"role": "user", "content": "capital of France?"}]
+    assert fake.seen["n_ctx"] == 256 and fake.seen["n_threads"] == 2
+    assert fake.seen["device"] == "CANN0" and fake.calls[-1] == ("close",)
+
+
+def test_positional_prompt_and_seed_pass_through(fake, capsys):
+    assert cli.main(["run", "m.gguf", "hello", "there", "-s", "42", "-n", "1"]) == 0
+    assert capsys.readouterr().out == "Paris\n"
+    _, messages, _, kw = fake.calls[0]
+    assert messages[-1]["content"] == "hello there" and kw["seed"] == 42
+
+
+def test_raw_completion_uses_generate_and_stops_at_eog(fake, capsys):
+    assert cli.main(["run", "--raw", "-p", "once upon", "-n", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert out == " w5 w6 w7\n" and "eval time" in err
+    assert fake.calls[0][0] == "generate" and fake.calls[0][2] == 3
+
+
+def test_n_zero_prints_no_text(fake, capsys):
+    assert cli.main(["run", "-p", "hi", "-n", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "load time" in err
+
+
+def test_interactive_keeps_history_and_exits(fake, capsys, monkeypatch):
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first question\n\nsecond one\n/exit\nnever\n"))
+    assert cli.main(["run", "-i", "-n", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Paris is it.") == 2
+    chats = [c for c in fake.calls if c[0] == "chat"]
+    assert len(chats) == 2
+    assert chats[1][1] == [{"role": "user", "content": "first question"},
+                           {"role": "assistant", "content": "Paris is it."},
+                           {"role": "user", "content": "second one"}]
+
+
+def test_interactive_ctrl_d_and_context_full(fake, capsys, monkeypatch):
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x" * 300 + "\nshort\n"))
+    assert cli.main(["run", "-n", "4"]) == 0       # no prompt: interactive; EOF ends it
+    out, err = capsys.readouterr()
+    assert "context holds 64" in err and out.count("Paris is it.") == 1
+
+
+def test_prompt_too_long_is_one_line(fake, capsys):
+    assert cli.main(["run", "-p", "y" * 300]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("cann-llm: ") and err.count("\n") == 1 and "context" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["-n", "-5"], "-n"), (["--temp", "nan"], "--temp"), (["--top-p", "2"], "--top-p"),
+    (["--min-p", "-1"], "--min-p"), (["--repeat-penalty", "0"], "--repeat-penalty"),
+    (["--device", "GPU7"], "--device"), (["-c", "-1"], "--ctx-size"), (["-t", "0"], "--threads"),
+])
+def test_bad_values_fail_before_loading(argv, words, capsys, monkeypatch):
+    import cann_llm
+    monkeypatch.setattr(cann_llm, "load", lambda *a, **k: pytest.fail("loaded"), raising=False)
+    assert cli.main(["run", "-p", "hi", *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("cann-llm: ") and err.count("\n") == 1 and words in err
+
+
+def test_missing_model_and_directory(tmp_path, capsys):
+    assert cli.main(["run", str(tmp_path / "nope.gguf"), "-p", "hi"]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert cli.main(["run", str(tmp_path), "-p", "hi"]) == 1
+    assert "directory" in capsys.readouterr().err
+
+
+def test_bench_table_format():
+    from cann_llm.bench import format_rows
+    table = format_rows([dict(model="llama 135M Q4_1", size="85 MiB", params="135 M",
+                              backend="CANN", threads=2, test="tg128", tps=[10.0, 12.0])])
+    assert "| tg128 |" in table and "11.00 ± 1.41" in table
+
+
+# -- the real model, as a user runs it --------------------------------------------------------------
+
+needs_model = pytest.mark.skipif(not _has_model_api() or _default_model() is None,
+                                 reason="needs cann_llm.model and the default model")
+
+
+@needs_model
+@pytest.mark.slow
+def test_run_one_shot_on_the_default_model():
+    r = _cann_llm("run", "-p", "What is the capital of France?", "-n", "12", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip(), r.stderr
+    for what in ("load time", "prompt eval time", "eval time", "tokens per second"):
+        assert what in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@needs_model
+@pytest.mark.slow
+def test_run_n_zero_on_the_default_model():
+    r = _cann_llm("run", _default_model(), "-p", "Hi", "-n", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "" and "prompt eval time" in r.stderr
+
+
+@needs_model
+@pytest.mark.slow
+def test_run_interactive_two_turns_on_the_default_model():
+    r = _cann_llm("run", "-i", "-n", "8", "--temp", "0",
+                  stdin="Name a colour.\nAnd another one?\n/exit\n")
+    assert r.returncode == 0, r.stderr
+    assert len([ln for ln in r.stdout.splitlines() if ln.strip()]) >= 2, r.stdout
+
+
+@needs_model
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["missing", "directory", "truncated", "not_gguf", "arch",
+                                  "too_long"])
+def test_bad_inputs_on_the_command_line(case, tmp_path):
+    src = _default_model()
+    if case == "missing":
+        args = [str(tmp_path / "missing.gguf"), "-p", "hi"]
+    elif case == "directory":
+        args = [str(tmp_path), "-p", "hi"]
+    elif case == "truncated":
+        p = tmp_path / "cut.gguf"
+        with open(src, "rb") as f:
+            p.write_bytes(f.read(os.path.getsize(src) // 2))
+        args = [str(p), "-p", "hi"]
+    elif case == "not_gguf":
+        p = tmp_path / "text.gguf"
+        p.write_text("hello, not a model\n" * 100)
+        args = [str(p), "-p", "hi"]
+    elif case == "arch":
+        p = tmp_path / "arch.gguf"
+        data = bytearray(open(src, "rb").read(1 << 16))
+        i = data.find(b"llama", data.find(b"general.architecture"))
+        data[i:i + 5] = b"llamb"
+        p.write_bytes(bytes(data) + open(src, "rb").read()[1 << 16:])
+        args = [str(p), "-p", "hi"]
+    else:
+        args = ["-c", "64", "-p", "word " * 200]
+    _one_line_error(_cann_llm("run", *args, "-n", "1"))
+
+
+@needs_model
+@pytest.mark.slow
+def test_bench_small():
+    r = _cann_llm("bench", "-p", "16", "-n", "4", "-r", "1", "--llamacpp", "off")
+    assert r.returncode == 0, r.stderr
+    assert "pp16" in r.stdout and "tg4" in r.stdout and "t/s" in r.stdout
