@@ -138,6 +138,12 @@ size_t clm_row_size(int32_t type, int64_t ne0);
 const char *clm_op_name(int32_t op);
 const char *clm_op_desc(const clm_tensor *tensor);
 
+bool clm_convert_supported(int32_t src_type, int32_t dst_type);
+clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void *dst,
+                       int64_t n_elements);
+clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
+clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
+
 clm_status clm_context_new(size_t max_tensors, clm_context **out);
 void clm_context_free(clm_context *ctx);
 size_t clm_context_n_tensors(const clm_context *ctx);

@@ -84,6 +84,58 @@ def type_traits(tensor_type: int) -> tuple[int, int]:
     return int(lib.clm_type_block_size(tensor_type)), int(lib.clm_type_size(tensor_type))
 
 
+# ---- host type conversion (src/core/convert.c) -------------------------------------------------
+
+def _row_bytes(tensor_type: int, n_elements: int) -> int:
+    block, size = type_traits(tensor_type)
+    return n_elements // block * size if block else 0
+
+
+def convert_supported(src_type: int, dst_type: int) -> bool:
+    return bool(lib.clm_convert_supported(int(src_type), int(dst_type)))
+
+
+def convert(src_type: int, src, dst_type: int, dst=None, n_elements: int | None = None) -> np.ndarray:
+    """Convert n_elements of raw ggml data `src` (buffer of src_type bytes) to dst_type bytes, in
+    C; `dst` (a writable uint8 buffer) is filled or a new uint8 array returned."""
+    src = np.frombuffer(src, dtype=np.uint8) if not isinstance(src, np.ndarray) else src
+    if n_elements is None:
+        block, size = type_traits(src_type)
+        n_elements = src.nbytes // size * block if size else 0
+    if dst is None:
+        dst = np.empty(_row_bytes(dst_type, n_elements), dtype=np.uint8)
+    if src.nbytes < _row_bytes(src_type, n_elements) or memoryview(dst).nbytes < _row_bytes(
+            dst_type, n_elements):
+        raise ValueError(f"convert: buffers too small for {n_elements} elements")
+    check(lib.clm_convert(int(src_type), ffi.from_buffer(src), int(dst_type),
+                          ffi.from_buffer(dst, require_writable=True), n_elements), "clm_convert")
+    return dst
+
+
+def quantize_f32(dst_type: int, values) -> np.ndarray:
+    """float32 values -> ggml bytes of dst_type (F32/F16/BF16/Q8_0/Q4_0/Q4_1), ggml's rounding."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    dst = np.empty(_row_bytes(dst_type, values.size), dtype=np.uint8)
+    check(lib.clm_quantize_f32(int(dst_type), ffi.from_buffer("float[]", values),
+                               ffi.from_buffer(dst, require_writable=True), values.size),
+          "clm_quantize_f32")
+    return dst
+
+
+def dequantize_f32(src_type: int, src, n_elements: int | None = None) -> np.ndarray:
+    """ggml bytes of src_type -> float32 values (every type with a C dequantizer)."""
+    src = np.frombuffer(src, dtype=np.uint8) if not isinstance(src, np.ndarray) else src
+    if n_elements is None:
+        block, size = type_traits(src_type)
+        n_elements = src.nbytes // size * block if size else 0
+    if src.nbytes < _row_bytes(src_type, n_elements):
+        raise ValueError(f"dequantize: buffer too small for {n_elements} elements")
+    out = np.empty(n_elements, dtype=np.float32)
+    check(lib.clm_dequantize_f32(int(src_type), ffi.from_buffer(src), ffi.from_buffer("float[]", out),
+                                 n_elements), "clm_dequantize_f32")
+    return out
+
+
 def _closed(what: str) -> CannError:
     return CannError(Status.ERR_STATE, f"{what} was already freed")
 

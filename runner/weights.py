@@ -8,7 +8,7 @@ streams the bytes from the memory map with clm_tensor_set in chunks of whole row
 the host never holds a second copy of the model, only one chunk at a time.
 
 Types the device keeps (F32, F16, BF16, Q8_0, Q4_0, Q4_1) are uploaded as they are. Others are
-converted chunk by chunk in C (cann_llm.convert): Q4_K onto Q4_1 blocks, the rest to Q8_0. The
+converted chunk by chunk in C (backend.convert -> clm_convert): Q4_K onto Q4_1 blocks, the rest to Q8_0. The
 `convert` argument instead converts every weight matrix (2-D or more) to the given type;
 1-D tensors (norms, biases) always stay as they are.
 """
@@ -154,12 +154,11 @@ def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int) -> int:
             n = min(rows, n_rows - r)
             tensor.write_bytes(data[r * src_row:(r + n) * src_row], r * src_row)
         return info.nbytes
-    from . import convert
     out = np.empty(min(rows, n_rows) * dst_row, dtype=np.uint8)
     for r in range(0, n_rows, rows):
         n = min(rows, n_rows - r)
         dst = out[:n * dst_row]
-        convert.convert(info.type, data[r * src_row:(r + n) * src_row], dst_type, dst,
+        backend.convert(info.type, data[r * src_row:(r + n) * src_row], dst_type, dst,
                         n * info.ne[0])
         tensor.write_bytes(dst, r * dst_row)
     return info.nbytes

@@ -71,3 +71,56 @@ def test_kept_types_round_trip(mods, device, tmp_path, wtype):
         for name, info in g.tensors.items():
             assert int(ws[name].type) == info.type
             assert np.array_equal(_read_back(ws[name]), info.data), name
+
+
+def test_conversions_at_load(mods, device, tmp_path):
+    """Q4_K -> Q4_1, Q6_K / Q5_0 / Q5_K -> Q8_0 in C, chunk by chunk, with one log line."""
+    backend, loader, weights = mods
+    types = {"blk.0.attn_q.weight": QT.Q6_K, "blk.0.ffn_up.weight": QT.Q5_0,
+             "blk.1.ffn_gate.weight": QT.Q5_K, "blk.1.attn_k.weight": QT.Q8_0}
+    path = write_tiny_model(tmp_path / "k.gguf", n_embd=256, n_head=4, n_ff=512,
+                            weight_type=QT.Q4_K, embd_type=QT.Q8_0, types=types)
+    g = loader.open_gguf(path)
+    logs = []
+    buft = device.buffer_type
+    with weights.load_weights(g, lambda n: buft, log=logs.append, chunk_bytes=3000) as ws:
+        assert len(logs) == 1 and "converted 13 tensors" in logs[0], logs
+        assert "10 Q4_K -> Q4_1" in logs[0] and "Q6_K -> Q8_0" in logs[0]
+        assert ws["blk.0.attn_k.weight"].type.name == "Q4_1"
+        assert ws["blk.0.attn_q.weight"].type.name == "Q8_0"
+        assert ws["blk.1.attn_k.weight"].type.name == "Q8_0"
+        for name, info in g.tensors.items():
+            got = _read_back(ws[name])
+            want = backend.convert(info.type, info.data, int(ws[name].type),
+                                   n_elements=info.n_elements)
+            assert np.array_equal(got, want), name
+        # Q4_K -> Q4_1 stays close to the Q4_K values
+        info = g.tensors["blk.1.ffn_down.weight"]
+        ref = quants.dequantize(info.data, QT.Q4_K).reshape(-1)
+        got = quants.dequantize(_read_back(ws["blk.1.ffn_down.weight"]), QT.Q4_1).reshape(-1)
+        assert np.abs(got - ref).max() <= np.abs(ref).max() * 2.0 ** -10
+
+
+@pytest.mark.parametrize("target", ["F16", "q8_0", "Q4_0", "BF16", "F32"])
+def test_convert_override(mods, device, tmp_path, target):
+    backend, loader, weights = mods
+    g = loader.open_gguf(write_tiny_model(tmp_path / "m.gguf", weight_type=QT.Q4_1))
+    buft = device.buffer_type
+    with weights.load_weights(g, lambda n: buft, convert=target, log=None) as ws:
+        for name, info in g.tensors.items():
+            want = target.upper() if info.n_dims >= 2 else "F32"   # norms stay F32
+            assert ws[name].type.name == want, name
+        x = quants.dequantize(g.tensors["blk.0.attn_q.weight"].data, QT.Q4_1)
+        t = ws["blk.0.attn_q.weight"]
+        y = backend.dequantize_f32(int(t.type), _read_back(t)).reshape(x.shape)
+        tol = {"F16": 1e-3, "F32": 0, "BF16": 1e-2, "Q8_0": 1e-2, "Q4_0": 0.2}[target.upper()]
+        assert np.abs(y - x).max() <= tol * max(np.abs(x).max(), 1e-6)
+
+
+def test_bad_convert_target(mods, device, tmp_path):
+    backend, loader, weights = mods
+    g = loader.open_gguf(write_tiny_model(tmp_path / "m.gguf"))
+    with pytest.raises(ValueError, match="Q6_K"):
+        weights.load_weights(g, lambda n: device.buffer_type, convert="Q6_K")
+    with pytest.raises(ValueError, match="unknown type 'q9'"):
+        weights.load_weights(g, lambda n: device.buffer_type, convert="q9")

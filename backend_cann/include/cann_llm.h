@@ -153,6 +153,16 @@ size_t clm_row_size(int32_t type, int64_t ne0);
 const char *clm_op_name(int32_t op);
 const char *clm_op_desc(const clm_tensor *tensor);  /* op name, or the unary/glu op's name */
 
+/* ---- host type conversion (src/core/convert.c): ggml block formats, n_elements a whole number
+ * of blocks of both types. Dequantizers for F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1 and the
+ * K-quants Q2_K..Q8_K; quantizers (ggml's reference rounding) to F32/F16/BF16/Q8_0/Q4_0/Q4_1.
+ * Q4_K -> Q4_1 maps each 32-element sub-block onto one Q4_1 block (no requantization). */
+bool clm_convert_supported(int32_t src_type, int32_t dst_type);
+clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void *dst,
+                       int64_t n_elements);
+clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
+clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
+
 /* ---- contexts and tensors (metadata only; data is placed by clm_tensor_alloc) ------------- */
 clm_status clm_context_new(size_t max_tensors, clm_context **out);
 void clm_context_free(clm_context *ctx);

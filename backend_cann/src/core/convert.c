@@ -1,0 +1,429 @@
+/* convert.c - host-side type conversion: dequantizers (ggml block formats, K-quants included),
+ * ggml's reference quantizers for Q8_0 / Q4_0 / Q4_1 (same rounding, so the bytes match
+ * gguf.quants), F16 / BF16 encoders, and the direct Q4_K -> Q4_1 sub-block mapping.
+ * Used by the loader to convert weights at load and by `cann-llm quantize`.
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "clm_impl.h"
+
+#define QK 32
+#define QK_K 256
+#define CHUNK 4096   /* elements dequantized at a time on the generic path (multiple of QK_K) */
+
+/* ---- scalar helpers --------------------------------------------------------------------------- */
+static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        float v = (float)man * 0x1p-24f;   /* subnormal (or zero): exact */
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+/* Round to nearest even, as numpy's astype(float16) and ggml's converters. */
+static uint16_t f32_to_f16(float f) {
+    uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000;
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00 | ((x >> 13) & 0x3ff));  /* NaN */
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);                      /* inf */
+    if (x >= 0x38800000u) {                                                         /* normal */
+        uint32_t r = x - 0x38000000u;
+        r += 0xfff + ((r >> 13) & 1);
+        return (uint16_t)(sign | (r >> 13));
+    }
+    if (x < 0x33000000u) return (uint16_t)sign;                         /* below half the least */
+    uint32_t e = x >> 23, m = (x & 0x7fffff) | 0x800000, s = 126 - e;   /* s in [14, 24] */
+    uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+
+/* As ggml_compute_fp32_to_bf16: quiet NaNs, otherwise round to nearest even. */
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+/* ---- dequantizers: n is a multiple of the block size ---------------------------------------- */
+static void deq_q4_0(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK; i++, b += 18, y += QK) {
+        float d = f16_to_f32(rd16(b));
+        for (int j = 0; j < 16; j++) {
+            y[j] = ((b[2 + j] & 0xf) - 8) * d;
+            y[j + 16] = ((b[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void deq_q4_1(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK; i++, b += 20, y += QK) {
+        float d = f16_to_f32(rd16(b)), m = f16_to_f32(rd16(b + 2));
+        for (int j = 0; j < 16; j++) {
+            y[j] = (b[4 + j] & 0xf) * d + m;
+            y[j + 16] = (b[4 + j] >> 4) * d + m;
+        }
+    }
+}
+
+static void deq_q5(const uint8_t *b, float *y, int64_t n, int has_min) {
+    const size_t bs = has_min ? 24 : 22;
+    for (int64_t i = 0; i < n / QK; i++, b += bs, y += QK) {
+        float d = f16_to_f32(rd16(b)), m = has_min ? f16_to_f32(rd16(b + 2)) : 0.0f;
+        const uint8_t *qhp = b + (has_min ? 4 : 2), *qs = qhp + 4;
+        uint32_t qh = (uint32_t)qhp[0] | (uint32_t)qhp[1] << 8 | (uint32_t)qhp[2] << 16 |
+                      (uint32_t)qhp[3] << 24;
+        for (int j = 0; j < 16; j++) {
+            int x0 = (qs[j] & 0xf) | (int)(((qh >> j) << 4) & 0x10);
+            int x1 = (qs[j] >> 4) | (int)((qh >> (j + 12)) & 0x10);
+            if (has_min) {
+                y[j] = x0 * d + m;
+                y[j + 16] = x1 * d + m;
+            } else {
+                y[j] = (x0 - 16) * d;
+                y[j + 16] = (x1 - 16) * d;
+            }
+        }
+    }
+}
+
+static void deq_q8_0(const uint8_t *b, float *y, int64_t n, size_t bs) {
+    for (int64_t i = 0; i < n / QK; i++, b += bs, y += QK) {
+        float d = f16_to_f32(rd16(b));
+        const int8_t *qs = (const int8_t *)(b + bs - QK);
+        for (int j = 0; j < QK; j++) y[j] = qs[j] * d;
+    }
+}
+
+/* 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block */
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 144) {
+        float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+        const uint8_t *sc = b + 4, *q = b + 16;
+        for (int j = 0; j < QK_K / 64; j++, q += 32) {
+            uint8_t s, m;
+            scale_min_k4(2 * j, sc, &s, &m);
+            float d1 = d * s, m1 = dmin * m;
+            scale_min_k4(2 * j + 1, sc, &s, &m);
+            float d2 = d * s, m2 = dmin * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xf) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void deq_q5_k(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 176) {
+        float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+        const uint8_t *sc = b + 4, *qh = b + 16, *ql = b + 48;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0; j < QK_K / 64; j++, ql += 32, u1 <<= 2, u2 <<= 2) {
+            uint8_t s, m;
+            scale_min_k4(2 * j, sc, &s, &m);
+            float d1 = d * s, m1 = dmin * m;
+            scale_min_k4(2 * j + 1, sc, &s, &m);
+            float d2 = d * s, m2 = dmin * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+static void deq_q6_k(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 210) {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = f16_to_f32(rd16(b + 208));
+        for (int h = 0; h < QK_K / 128; h++, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = (int)((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32;
+                int q2 = (int)((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * sc[is] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+        }
+    }
+}
+
+static void deq_q2_k(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 84) {
+        const uint8_t *sc = b, *q = b + 16;
+        float d = f16_to_f32(rd16(b + 80)), dmin = f16_to_f32(rd16(b + 82));
+        int is = 0;
+        for (int h = 0; h < QK_K / 128; h++, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (int half = 0; half < 2; half++) {
+                    uint8_t s = sc[is++];
+                    float dl = d * (s & 0xf), ml = dmin * (s >> 4);
+                    for (int l = 0; l < 16; l++) *y++ = dl * ((q[l + 16 * half] >> shift) & 3) - ml;
+                }
+            }
+        }
+    }
+}
+
+static void deq_q3_k(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 110) {
+        const uint8_t *hm = b, *q = b + 32, *s = b + 96;
+        float d_all = f16_to_f32(rd16(b + 108));
+        int8_t scales[16];
+        for (int j = 0; j < 16; j++) {   /* 6-bit scales: low 4 bits, then 2 high bits */
+            int lo = j < 8 ? (s[j] & 0xf) : (s[j - 8] >> 4);
+            int hi = (s[8 + (j % 4)] >> (2 * (j / 4))) & 3;
+            scales[j] = (int8_t)((lo | (hi << 4)) - 32);
+        }
+        int is = 0;
+        uint8_t m = 1;
+        for (int h = 0; h < QK_K / 128; h++, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+                for (int half = 0; half < 2; half++) {
+                    float dl = d_all * scales[is++];
+                    for (int l = 0; l < 16; l++) {
+                        int k = l + 16 * half;
+                        *y++ = dl * ((int)((q[k] >> shift) & 3) - ((hm[k] & m) ? 0 : 4));
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void deq_q8_k(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 292) {
+        float d;
+        memcpy(&d, b, 4);
+        const int8_t *qs = (const int8_t *)(b + 4);
+        for (int j = 0; j < QK_K; j++) *y++ = d * qs[j];
+    }
+}
+
+static bool can_dequantize(int32_t t) {
+    switch (t) {
+    case CLM_TYPE_F32: case CLM_TYPE_F16: case CLM_TYPE_BF16: case CLM_TYPE_Q4_0:
+    case CLM_TYPE_Q4_1: case CLM_TYPE_Q5_0: case CLM_TYPE_Q5_1: case CLM_TYPE_Q8_0:
+    case CLM_TYPE_Q8_1: case CLM_TYPE_Q2_K: case CLM_TYPE_Q3_K: case CLM_TYPE_Q4_K:
+    case CLM_TYPE_Q5_K: case CLM_TYPE_Q6_K: case CLM_TYPE_Q8_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool can_quantize(int32_t t) {
+    return t == CLM_TYPE_F32 || t == CLM_TYPE_F16 || t == CLM_TYPE_BF16 || t == CLM_TYPE_Q8_0 ||
+           t == CLM_TYPE_Q4_0 || t == CLM_TYPE_Q4_1;
+}
+
+static void dequantize(int32_t t, const uint8_t *src, float *y, int64_t n) {
+    switch (t) {
+    case CLM_TYPE_F32: memcpy(y, src, (size_t)n * 4); break;
+    case CLM_TYPE_F16: for (int64_t i = 0; i < n; i++) y[i] = f16_to_f32(rd16(src + 2 * i)); break;
+    case CLM_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) y[i] = bits_f32((uint32_t)rd16(src + 2 * i) << 16);
+        break;
+    case CLM_TYPE_Q4_0: deq_q4_0(src, y, n); break;
+    case CLM_TYPE_Q4_1: deq_q4_1(src, y, n); break;
+    case CLM_TYPE_Q5_0: deq_q5(src, y, n, 0); break;
+    case CLM_TYPE_Q5_1: deq_q5(src, y, n, 1); break;
+    case CLM_TYPE_Q8_0: deq_q8_0(src, y, n, 34); break;
+    case CLM_TYPE_Q8_1: deq_q8_0(src, y, n, 40); break;
+    case CLM_TYPE_Q2_K: deq_q2_k(src, y, n); break;
+    case CLM_TYPE_Q3_K: deq_q3_k(src, y, n); break;
+    case CLM_TYPE_Q4_K: deq_q4_k(src, y, n); break;
+    case CLM_TYPE_Q5_K: deq_q5_k(src, y, n); break;
+    case CLM_TYPE_Q6_K: deq_q6_k(src, y, n); break;
+    case CLM_TYPE_Q8_K: deq_q8_k(src, y, n); break;
+    default: break;
+    }
+}
+
+/* ---- quantizers (ggml's *_ref: identical rounding) ------------------------------------------ */
+/* roundf (half away from zero) for |v| <= 127.5 without a libm call: v - (int)v is exact. */
+static inline int8_t round_q8(float v) {
+    if (!(v > -128.0f && v < 128.0f)) return v > 0 ? 127 : (v < 0 ? -127 : 0);  /* inf / NaN */
+    int i = (int)v;
+    float f = v - (float)i;
+    i += (f >= 0.5f) - (f <= -0.5f);
+    return (int8_t)i;
+}
+
+static void quant_q8_0(const float *x, uint8_t *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK; i++, x += QK, b += 34) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        wr16(b, f32_to_f16(d));
+        for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)round_q8(x[j] * id);
+    }
+}
+
+static void quant_q4_0(const float *x, uint8_t *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK; i++, x += QK, b += 18) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        wr16(b, f32_to_f16(d));
+        for (int j = 0; j < 16; j++) {
+            float x0 = x[j] * id + 8.5f, x1 = x[16 + j] * id + 8.5f;
+            int q0 = (int)x0, q1 = (int)x1;
+            q0 = q0 < 0 ? 0 : (q0 > 15 ? 15 : q0);
+            q1 = q1 < 0 ? 0 : (q1 > 15 ? 15 : q1);
+            b[2 + j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void quant_q4_1(const float *x, uint8_t *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK; i++, x += QK, b += 20) {
+        float min = x[0], max = x[0];
+        for (int j = 1; j < QK; j++) {
+            min = x[j] < min ? x[j] : min;
+            max = x[j] > max ? x[j] : max;
+        }
+        const float d = (max - min) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        wr16(b, f32_to_f16(d));
+        wr16(b + 2, f32_to_f16(min));
+        for (int j = 0; j < 16; j++) {
+            float x0 = (x[j] - min) * id + 0.5f, x1 = (x[16 + j] - min) * id + 0.5f;
+            int q0 = (int)x0, q1 = (int)x1;
+            q0 = q0 < 0 ? 0 : (q0 > 15 ? 15 : q0);
+            q1 = q1 < 0 ? 0 : (q1 > 15 ? 15 : q1);
+            b[4 + j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void quantize(int32_t t, const float *x, uint8_t *dst, int64_t n) {
+    switch (t) {
+    case CLM_TYPE_F32: memcpy(dst, x, (size_t)n * 4); break;
+    case CLM_TYPE_F16: for (int64_t i = 0; i < n; i++) wr16(dst + 2 * i, f32_to_f16(x[i])); break;
+    case CLM_TYPE_BF16: for (int64_t i = 0; i < n; i++) wr16(dst + 2 * i, f32_to_bf16(x[i])); break;
+    case CLM_TYPE_Q8_0: quant_q8_0(x, dst, n); break;
+    case CLM_TYPE_Q4_0: quant_q4_0(x, dst, n); break;
+    case CLM_TYPE_Q4_1: quant_q4_1(x, dst, n); break;
+    default: break;
+    }
+}
+
+/* Q4_K -> Q4_1 without requantizing: the 8 sub-blocks of 32 of a super-block each become one
+ * Q4_1 block with d = fp16(d_super * sc), m = fp16(-dmin_super * mc); the nibbles are kept. */
+static void q4_k_to_q4_1(const uint8_t *b, uint8_t *o, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 144) {
+        float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+        const uint8_t *sc = b + 4, *q = b + 16;
+        for (int sub = 0; sub < 8; sub++, o += 20) {
+            uint8_t s, m;
+            scale_min_k4(sub, sc, &s, &m);
+            wr16(o, f32_to_f16(d * s));
+            wr16(o + 2, f32_to_f16(-(dmin * m)));
+            const uint8_t *qq = q + 32 * (sub / 2);
+            int shift = (sub & 1) * 4;
+            for (int j = 0; j < 16; j++)
+                o[4 + j] = (uint8_t)(((qq[j] >> shift) & 0xf) | (((qq[j + 16] >> shift) & 0xf) << 4));
+        }
+    }
+}
+
+/* ---- public entry points ------------------------------------------------------------------ */
+static clm_status check_count(const char *what, int32_t t, int64_t n) {
+    int64_t bs = clm_type_block_size(t);
+    if (bs <= 0) return clm_error(CLM_ERR_INVALID_ARG, "%s: unknown type %d", what, (int)t);
+    if (n < 0 || n % bs)
+        return clm_error(CLM_ERR_INVALID_ARG, "%s: %lld elements is not a whole number of %s "
+                         "blocks of %lld", what, (long long)n, clm_type_name(t), (long long)bs);
+    return CLM_OK;
+}
+
+bool clm_convert_supported(int32_t src_type, int32_t dst_type) {
+    return src_type == dst_type ? clm_type_block_size(src_type) > 0
+                                : can_dequantize(src_type) && can_quantize(dst_type);
+}
+
+clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements) {
+    CLM_CHECK_ARG(src && dst, "dequantize: NULL pointer");
+    if (!can_dequantize(src_type))
+        return clm_error(CLM_ERR_UNSUPPORTED, "dequantize: no dequantizer for type %s",
+                         clm_type_name(src_type) ? clm_type_name(src_type) : "(unknown)");
+    clm_status st = check_count("dequantize", src_type, n_elements);
+    if (st != CLM_OK) return st;
+    dequantize(src_type, src, dst, n_elements);
+    return CLM_OK;
+}
+
+clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements) {
+    CLM_CHECK_ARG(src && dst, "quantize: NULL pointer");
+    if (!can_quantize(dst_type))
+        return clm_error(CLM_ERR_UNSUPPORTED, "quantize: cannot quantize to type %s "
+                         "(f32, f16, bf16, q8_0, q4_0, q4_1 can)",
+                         clm_type_name(dst_type) ? clm_type_name(dst_type) : "(unknown)");
+    clm_status st = check_count("quantize", dst_type, n_elements);
+    if (st != CLM_OK) return st;
+    quantize(dst_type, src, dst, n_elements);
+    return CLM_OK;
+}
+
+clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void *dst,
+                       int64_t n_elements) {
+    CLM_CHECK_ARG(src && dst, "convert: NULL pointer");
+    const char *sn = clm_type_name(src_type), *dn = clm_type_name(dst_type);
+    if (!clm_convert_supported(src_type, dst_type))
+        return clm_error(CLM_ERR_UNSUPPORTED, "convert: no conversion from %s to %s",
+                         sn ? sn : "(unknown)", dn ? dn : "(unknown)");
+    clm_status st = check_count("convert", src_type, n_elements);
+    if (st == CLM_OK) st = check_count("convert", dst_type, n_elements);
+    if (st != CLM_OK) return st;
+    if (src_type == dst_type) {
+        memcpy(dst, src, (size_t)(n_elements / clm_type_block_size(src_type)) * clm_type_size(src_type));
+        return CLM_OK;
+    }
+    if (src_type == CLM_TYPE_Q4_K && dst_type == CLM_TYPE_Q4_1) {
+        q4_k_to_q4_1(src, dst, n_elements);
+        return CLM_OK;
+    }
+    /* generic: dequantize a chunk to f32, quantize it; CHUNK is a multiple of every block size */
+    float buf[CHUNK];
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    const int64_t sbs = clm_type_block_size(src_type), dbs = clm_type_block_size(dst_type);
+    const size_t ssz = clm_type_size(src_type), dsz = clm_type_size(dst_type);
+    for (int64_t done = 0; done < n_elements;) {
+        int64_t n = n_elements - done < CHUNK ? n_elements - done : CHUNK;
+        dequantize(src_type, s, buf, n);
+        quantize(dst_type, buf, d, n);
+        s += (size_t)(n / sbs) * ssz;
+        d += (size_t)(n / dbs) * dsz;
+        done += n;
+    }
+    return CLM_OK;
+}

@@ -1,0 +1,94 @@
+"""clm_convert / clm_quantize_f32 / clm_dequantize_f32 against gguf.quants."""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT, quants
+
+from tiny_models import random_blocks
+
+DEQUANT_TYPES = [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q3_K, QT.Q4_K,
+                 QT.Q5_K, QT.Q6_K, QT.BF16]
+QUANT_TYPES = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.F16, QT.BF16, QT.F32]
+
+
+@pytest.fixture(scope="module")
+def B():
+    from cann_llm import backend
+    return backend
+
+
+def _values(rng, n):
+    x = rng.standard_normal(n).astype(np.float32) * 2
+    x[:32] = 0.0                       # a zero block: d = 0
+    x[32:64] = 1.5                     # a constant block
+    x[64:96] = np.linspace(-1, 1, 32)  # ties in the rounding
+    x[96:98] = [65519.0, 1e-7]         # f16 rounding edges (inf boundary, subnormal)
+    return x
+
+
+@pytest.mark.parametrize("qtype", DEQUANT_TYPES)
+def test_dequantize_matches_gguf(B, qtype):
+    rng = np.random.default_rng(int(qtype))
+    n = 256 * 24
+    raw = random_blocks(qtype, n, rng) if qtype != QT.BF16 else \
+        quants.quantize(rng.standard_normal(n).astype(np.float32), QT.BF16).view(np.uint8)
+    ref = quants.dequantize(raw, qtype).reshape(-1)
+    assert np.array_equal(B.dequantize_f32(qtype, raw), ref)
+
+
+@pytest.mark.parametrize("qtype", QUANT_TYPES)
+def test_quantize_bit_exact(B, qtype):
+    rng = np.random.default_rng(7)
+    x = _values(rng, 32 * 200)
+    ref = quants.quantize(x, qtype).view(np.uint8).reshape(-1)
+    assert np.array_equal(B.quantize_f32(qtype, x), ref)
+
+
+def test_q4_k_to_q4_1_sub_blocks(B):
+    """Each Q4_K sub-block becomes one Q4_1 block: same nibbles, fp16 d*sc and -dmin*m."""
+    rng = np.random.default_rng(1)
+    n = 256 * 64
+    raw = random_blocks(QT.Q4_K, n, rng)
+    q41 = B.convert(QT.Q4_K, raw, QT.Q4_1)
+    assert q41.nbytes == n // 32 * 20
+    ref = quants.dequantize(raw, QT.Q4_K).reshape(-1)
+    got = quants.dequantize(q41, QT.Q4_1).reshape(-1)
+    # only the fp16 rounding of the two block constants: 2^-11 relative of scale and min terms
+    scale = np.abs(ref).reshape(-1, 32).max(axis=1, keepdims=True) + 1e-30
+    assert np.all(np.abs(got - ref).reshape(-1, 32) <= scale * 2.0 ** -10)
+    # the generic path (dequantize + requantize) is worse than the direct mapping
+    generic = quants.dequantize(B.quantize_f32(QT.Q4_1, ref), QT.Q4_1).reshape(-1)
+    assert np.abs(got - ref).max() < np.abs(generic - ref).max()
+
+
+@pytest.mark.parametrize("src", [QT.Q6_K, QT.Q5_K, QT.Q5_0, QT.Q5_1, QT.Q3_K, QT.Q2_K])
+def test_to_q8_0_within_one_step(B, src):
+    rng = np.random.default_rng(int(src) + 100)
+    n = 256 * 16
+    raw = random_blocks(src, n, rng)
+    q8 = B.convert(src, raw, QT.Q8_0)
+    ref = quants.dequantize(raw, src).reshape(-1)
+    got = quants.dequantize(q8, QT.Q8_0).reshape(-1)
+    # half a step from rounding, plus the fp16 rounding of the block scale: within one step
+    # (plus 127 fp16 subnormal quanta where the scale itself is below fp16's normal range)
+    step = np.abs(ref).reshape(-1, 32).max(axis=1, keepdims=True) / 127
+    assert np.all(np.abs(got - ref).reshape(-1, 32) <= step + 127 * 2.0 ** -24)
+    # and exactly what quantizing the dequantized values gives
+    assert np.array_equal(q8, quants.quantize(ref, QT.Q8_0).reshape(-1))
+
+
+def test_same_type_is_a_copy(B):
+    raw = random_blocks(QT.Q4_K, 512, np.random.default_rng(0))
+    assert np.array_equal(B.convert(QT.Q4_K, raw, QT.Q4_K), raw)
+
+
+def test_errors(B):
+    x = np.zeros(48, dtype=np.float32)
+    with pytest.raises(B.CannError, match="whole number of q8_0 blocks"):
+        B.quantize_f32(QT.Q8_0, x)
+    with pytest.raises(B.CannError, match="cannot quantize to type q4_K"):
+        B.quantize_f32(QT.Q4_K, np.zeros(256, dtype=np.float32))
+    with pytest.raises(B.CannError, match="no conversion from q8_0 to q6_K"):
+        B.convert(QT.Q8_0, np.zeros(34, dtype=np.uint8), QT.Q6_K, n_elements=32)
+    assert not B.convert_supported(QT.IQ2_XS, QT.Q8_0)
+    assert B.convert_supported(QT.Q6_K, QT.Q8_0) and B.convert_supported(QT.Q4_K, QT.Q4_1)
