@@ -12,10 +12,13 @@ _BACKEND_NAMES = (
     "Op", "Registry", "Status", "Tensor", "TensorType", "check", "runtime_name",
 )
 
-__all__ = ["__version__", *_BACKEND_NAMES]
+__all__ = ["__version__", "load", "Model", "ContextFullError", *_BACKEND_NAMES]
 
 
 def __getattr__(name):
+    if name in ("load", "Model", "ContextFullError"):
+        from . import model
+        return getattr(model, name)
     if name in _BACKEND_NAMES:
         from . import backend
         return getattr(backend, name)

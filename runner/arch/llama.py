@@ -1,0 +1,146 @@
+"""The llama / qwen2 forward pass of one micro-batch as a ggml-style graph.
+
+Tensor names follow llama.cpp (inp_embd, attn_norm-0, Qcur-0, ..., __fattn__-0, l_out-0,
+result_norm, result_output) so the eval callback and tensor diffs line up with llama-eval-callback.
+The graph writes this micro-batch's K and V into the cache rows given by an index tensor
+(SET_ROWS) and attends over the first n_kv cells under the KQ mask. Only the rows listed in
+inp_out_ids reach the output projection. Shapes are ggml order: [n_embd, n_tokens] is n_tokens
+rows of n_embd.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import backend as be
+from ..backend import TensorType
+
+INPUT = int(be.TensorFlag.INPUT)
+OUTPUT = int(be.TensorFlag.OUTPUT)
+
+
+@dataclass
+class ForwardGraph:
+    ctx: be.Context
+    graph: be.Graph
+    inputs: dict          # name -> leaf tensor: inp_tokens, inp_pos, kq_mask, kv_idxs, inp_out_ids
+    logits: be.Tensor     # result_output F32 [n_vocab, n_outputs]
+    n_tokens: int
+    n_kv: int
+    n_outputs: int
+
+
+def _input(ctx, ttype, ne, name):
+    t = ctx.new_tensor(ttype, ne, name=name)
+    t.c.flags |= INPUT
+    return t
+
+
+def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
+                flash_attn: bool = True) -> ForwardGraph:
+    """The graph of one micro-batch: n_tokens new tokens, attention over cells [0, n_kv) of the
+    unified cache `kv` (runner.kv_cache.KVCache), logits for n_outputs of the tokens."""
+    n_layer, n_embd, head_dim = hp.n_layer, hp.n_embd, hp.head_dim
+    n_head, n_head_kv = hp.n_head, hp.n_head_kv
+    n_embd_k_gqa = n_embd_v_gqa = head_dim * n_head_kv
+    ctx = be.Context(max_tensors=64 * n_layer + 64)
+    w = weights
+
+    def name(t, base, il=None):
+        t.name = base if il is None else f"{base}-{il}"
+        return t
+
+    inp_tokens = _input(ctx, TensorType.I32, [n_tokens], "inp_tokens")
+    inp_pos = _input(ctx, TensorType.I32, [n_tokens], "inp_pos")
+    kq_mask = _input(ctx, TensorType.F16, [n_kv, n_tokens], "kq_mask")
+    kv_idxs = _input(ctx, TensorType.I64, [n_tokens], "kv_idxs")
+    out_ids = _input(ctx, TensorType.I32, [n_outputs], "inp_out_ids")
+    freq_factors = w.get("rope_freqs.weight")
+    rope_kw = dict(n_dims=hp.rope_n_dims, mode=hp.rope_type, freq_base=hp.rope_freq_base,
+                   freq_scale=hp.rope_freq_scale, n_ctx_orig=hp.n_ctx_train)
+    if hp.rope_yarn is not None:
+        ext, attn, fast, slow, n_orig = hp.rope_yarn
+        rope_kw.update(ext_factor=ext, attn_factor=attn, beta_fast=fast, beta_slow=slow,
+                       n_ctx_orig=n_orig)
+    kq_scale = 1.0 / math.sqrt(head_dim)
+    f16 = 2
+
+    graph = ctx.new_graph(max_nodes=64 * n_layer + 64)
+    inpL = name(ctx.get_rows(w["token_embd.weight"], inp_tokens), "inp_embd")
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        inpSA = inpL
+        cur = ctx.rms_norm(inpL, hp.rms_eps)
+        name(cur, "norm", il)
+        cur = name(ctx.mul(cur, w[b + "attn_norm.weight"]), "attn_norm", il)
+
+        def proj(kind, n_heads):
+            t = name(ctx.mul_mat(w[b + f"attn_{kind}.weight"], cur), f"{kind.upper()}cur", il)
+            bias = w.get(b + f"attn_{kind}.bias")
+            if bias is not None:
+                t = name(ctx.add(t, bias), f"{kind.upper()}cur", il)
+            return ctx.reshape(t, [head_dim, n_heads, n_tokens])
+
+        q = proj("q", n_head)
+        k = proj("k", n_head_kv)
+        v = name(proj("v", n_head_kv), "Vcur", il)
+        q = name(ctx.rope_ext(q, inp_pos, freq_factors, **rope_kw), "Qcur", il)
+        k = name(ctx.rope_ext(k, inp_pos, freq_factors, **rope_kw), "Kcur", il)
+
+        # store this micro-batch's K and V rows into their cells (one row of the cache per cell)
+        k_cache, v_cache = kv.k[il], kv.v[il]
+        k_store = ctx.set_rows(k_cache, ctx.reshape(k, [n_embd_k_gqa, n_tokens]), kv_idxs)
+        name(k_store, "k_store", il)
+        v_store = ctx.set_rows(v_cache, ctx.reshape(v, [n_embd_v_gqa, n_tokens]), kv_idxs)
+        name(v_store, "v_store", il)
+        graph.build_forward(k_store)
+        graph.build_forward(v_store)
+
+        # K, V of cells [0, n_kv): [head_dim, n_kv, n_head_kv] views of the cache rows
+        row_k, row_v = n_embd_k_gqa * f16, n_embd_v_gqa * f16
+        kview = name(ctx.view_4d(k_cache, [head_dim, n_kv, n_head_kv, 1],
+                                 [row_k, head_dim * f16, row_k * n_kv]), "k", il)
+        vview = name(ctx.view_4d(v_cache, [head_dim, n_kv, n_head_kv, 1],
+                                 [row_v, head_dim * f16, row_v * n_kv]), "v", il)
+        qp = ctx.permute(q, 0, 2, 1, 3)                # [head_dim, n_tokens, n_head]
+        if flash_attn:
+            fa = name(ctx.flash_attn_ext(qp, kview, vview, kq_mask, kq_scale), "__fattn__", il)
+            cur = ctx.reshape(fa, [head_dim * n_head, n_tokens])
+        else:
+            kq = name(ctx.mul_mat(kview, qp), "kq", il)             # [n_kv, n_tokens, n_head]
+            kq = name(ctx.soft_max_ext(kq, kq_mask, kq_scale), "kq_soft_max", il)
+            vt = ctx.cont(ctx.permute(vview, 1, 0, 2, 3))           # [n_kv, head_dim, n_head_kv]
+            name(vt, "v_t", il)
+            kqv = name(ctx.mul_mat(vt, kq), "kqv", il)              # [head_dim, n_tokens, n_head]
+            merged = ctx.permute(kqv, 0, 2, 1, 3)                   # [head_dim, n_head, n_tokens]
+            cur = ctx.reshape(name(ctx.cont(merged), "kqv_merged_cont", il),
+                              [head_dim * n_head, n_tokens])
+        name(cur, "kqv_out", il)
+        cur = name(ctx.mul_mat(w[b + "attn_output.weight"], cur), "attn_out", il)
+        bias = w.get(b + "attn_output.bias")
+        if bias is not None:
+            cur = name(ctx.add(cur, bias), "attn_out", il)
+        if il == n_layer - 1:
+            # only the rows whose logits are wanted go on (llama.cpp's inp_out_ids)
+            cur = name(ctx.get_rows(cur, out_ids), "attn_out_rows", il)
+            inpSA = name(ctx.get_rows(inpSA, out_ids), "inp_sa_rows", il)
+        ffn_inp = name(ctx.add(cur, inpSA), "ffn_inp", il)
+
+        cur = name(ctx.rms_norm(ffn_inp, hp.rms_eps), "norm", il)
+        cur = name(ctx.mul(cur, w[b + "ffn_norm.weight"]), "ffn_norm", il)
+        gate = name(ctx.mul_mat(w[b + "ffn_gate.weight"], cur), "ffn_gate", il)
+        up = name(ctx.mul_mat(w[b + "ffn_up.weight"], cur), "ffn_up", il)
+        cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
+        cur = name(ctx.mul_mat(w[b + "ffn_down.weight"], cur), "ffn_out", il)
+        inpL = name(ctx.add(cur, ffn_inp), "l_out", il)
+
+    cur = name(ctx.rms_norm(inpL, hp.rms_eps), "norm")
+    cur = name(ctx.mul(cur, w["output_norm.weight"]), "result_norm")
+    out_w = w.get("output.weight") or w["token_embd.weight"]
+    logits = name(ctx.mul_mat(out_w, cur), "result_output")
+    logits.c.flags |= OUTPUT
+    graph.build_forward(logits)
+    inputs = {"inp_tokens": inp_tokens, "inp_pos": inp_pos, "kq_mask": kq_mask,
+              "kv_idxs": kv_idxs, "inp_out_ids": out_ids}
+    return ForwardGraph(ctx, graph, inputs, logits, n_tokens, n_kv, n_outputs)

@@ -1,0 +1,161 @@
+"""The unified KV cache: n_ctx cells shared by every sequence, per-layer K/V tensors on the devices.
+
+Sits between the model (runner/model.py) and the graph builder (runner/arch/llama.py): the model
+asks for cells for a micro-batch (find_slots), records their positions and sequences (commit),
+and fills the graph's inputs from here: the destination cells of SET_ROWS (an index tensor) and
+the KQ mask over the first n_kv cells. n_kv is rounded up to N_KV_PAD cells so that decode keeps
+one graph (same shapes, same addresses) for many tokens. Shapes in comments are ggml order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import backend as be
+
+N_KV_PAD = 256           # n_kv is a multiple of this (or n_ctx): decode reuses one graph
+MAX_SEQ = 64             # sequence ids 0..63 (one bit each per cell)
+
+
+class ContextFullError(ValueError):
+    """The prompt or the generation does not fit in the context (n_ctx cells)."""
+
+
+class KVCache:
+    """Cells with positions and sequence sets; K and V of layer il are F16 [n_embd_gqa, n_ctx]
+    tensors (one row per cell) in the buffer type `buffer_type_for_layer(il)` returns."""
+
+    def __init__(self, n_layer: int, n_embd_k_gqa: int, n_embd_v_gqa: int, n_ctx: int,
+                 buffer_type_for_layer, type_k=be.TensorType.F16, type_v=be.TensorType.F16):
+        self.n_layer, self.n_ctx = n_layer, n_ctx
+        self.n_embd_k_gqa, self.n_embd_v_gqa = n_embd_k_gqa, n_embd_v_gqa
+        self.ctx = be.Context(max_tensors=2 * n_layer + 4)
+        self.k, self.v = [], []
+        groups: dict = {}
+        for il in range(n_layer):
+            k = self.ctx.new_tensor(type_k, [n_embd_k_gqa, n_ctx], name=f"cache_k_l{il}")
+            v = self.ctx.new_tensor(type_v, [n_embd_v_gqa, n_ctx], name=f"cache_v_l{il}")
+            self.k.append(k)
+            self.v.append(v)
+            groups.setdefault(buffer_type_for_layer(il), []).extend([k, v])
+        self.buffers = []
+        for buft, tensors in groups.items():
+            self.buffers.append(_alloc_group(buft, tensors))
+        for buf in self.buffers:       # empty cells must hold finite values (masked, but 0 * NaN)
+            buf.clear(0)
+        self.pos = np.full(n_ctx, -1, dtype=np.int64)      # -1: empty cell
+        self.seq = np.zeros(n_ctx, dtype=np.uint64)        # bit s: the cell belongs to sequence s
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.size for b in self.buffers)
+
+    def close(self):
+        for b in self.buffers:
+            b.close()
+        self.buffers = []
+        self.ctx.close()
+
+    # ---- cells ---------------------------------------------------------------------------------
+    def n_used(self) -> int:
+        return int(np.count_nonzero(self.pos >= 0))
+
+    def n_kv(self, extra_cells: np.ndarray | None = None) -> int:
+        """Cells the attention looks at: past the last used cell, rounded up to N_KV_PAD."""
+        used = np.flatnonzero(self.pos >= 0)
+        last = int(used[-1]) if used.size else -1
+        if extra_cells is not None and len(extra_cells):
+            last = max(last, int(np.max(extra_cells)))
+        n = max((last + 1 + N_KV_PAD - 1) // N_KV_PAD * N_KV_PAD, N_KV_PAD)
+        return min(n, self.n_ctx)
+
+    def find_slots(self, n_tokens: int) -> np.ndarray:
+        """The first n_tokens empty cells (int64), or ContextFullError."""
+        free = np.flatnonzero(self.pos < 0)
+        if free.size < n_tokens:
+            raise ContextFullError(
+                f"the context is full: {n_tokens} more tokens do not fit in n_ctx={self.n_ctx} "
+                f"({self.n_used()} cells in use); use a larger context (-c) or a shorter prompt")
+        return free[:n_tokens].astype(np.int64)
+
+    def commit(self, cells: np.ndarray, pos, seq_ids) -> None:
+        """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""
+        pos = np.asarray(pos, dtype=np.int64)
+        seq_ids = np.asarray(seq_ids, dtype=np.int64)
+        if np.any(seq_ids < 0) or np.any(seq_ids >= MAX_SEQ):
+            raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}")
+        self.pos[cells] = pos
+        self.seq[cells] = np.left_shift(np.uint64(1), seq_ids.astype(np.uint64))
+
+    def release(self, cells: np.ndarray) -> None:
+        """Undo commit() (a failed compute must not leave half-written cells visible)."""
+        self.pos[cells] = -1
+        self.seq[cells] = 0
+
+    def mask(self, n_kv: int, pos, seq_ids) -> np.ndarray:
+        """KQ mask F16 [n_kv, n_tokens] (numpy [n_tokens, n_kv]): 0 where token t may attend to
+        cell j (same sequence, cell position <= the token's), -inf elsewhere (other sequences,
+        future positions, empty cells)."""
+        pos = np.asarray(pos, dtype=np.int64)
+        bits = np.left_shift(np.uint64(1), np.asarray(seq_ids, dtype=np.uint64))
+        cell_pos, cell_seq = self.pos[:n_kv], self.seq[:n_kv]
+        visible = ((cell_seq[None, :] & bits[:, None]) != 0) & (cell_pos[None, :] >= 0) \
+            & (cell_pos[None, :] <= pos[:, None])
+        out = np.full(visible.shape, -np.inf, dtype=np.float16)
+        out[visible] = 0
+        return out
+
+    # ---- sequence operations (llama_memory_seq_*) ------------------------------------------------
+    def clear(self) -> None:
+        self.pos[:] = -1
+        self.seq[:] = 0
+
+    def _range(self, seq_id: int, p0, p1) -> np.ndarray:
+        p0 = 0 if p0 is None or p0 < 0 else p0
+        p1 = np.iinfo(np.int64).max if p1 is None or p1 < 0 else p1
+        sel = (self.pos >= p0) & (self.pos < p1)
+        if seq_id is not None and seq_id >= 0:
+            sel &= (self.seq & np.uint64(1 << seq_id)) != 0
+        return sel
+
+    def seq_rm(self, seq_id: int, p0: int | None = None, p1: int | None = None) -> None:
+        """Remove positions [p0, p1) of seq_id (seq_id < 0: of every sequence; None/-1 bounds are
+        open). Cells no sequence uses any more become empty."""
+        sel = self._range(seq_id, p0, p1)
+        if seq_id is None or seq_id < 0:
+            self.seq[sel] = 0
+        else:
+            self.seq[sel] &= ~np.uint64(1 << seq_id)
+        self.pos[self.seq == 0] = -1
+
+    def seq_cp(self, src: int, dst: int, p0: int | None = None, p1: int | None = None) -> None:
+        """Positions [p0, p1) of src also belong to dst (shared cells: a common prompt prefix)."""
+        sel = self._range(src, p0, p1)
+        self.seq[sel] |= np.uint64(1 << dst)
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Drop every sequence but seq_id."""
+        bit = np.uint64(1 << seq_id)
+        self.seq &= bit
+        self.pos[self.seq == 0] = -1
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """The largest position of seq_id in the cache, -1 if it has none."""
+        sel = (self.seq & np.uint64(1 << seq_id)) != 0
+        return int(self.pos[sel].max()) if sel.any() else -1
+
+
+def _alloc_group(buft: be.BufferType, tensors) -> be.Buffer:
+    alignment = max(buft.alignment, 1)
+    offsets, total = [], 0
+    for t in tensors:
+        offsets.append(total)
+        total += (buft.alloc_size(t) + alignment - 1) // alignment * alignment
+    try:
+        buf = buft.alloc_buffer(max(total, alignment))
+    except be.CannError as exc:
+        raise MemoryError(f"cannot allocate the KV cache ({total / 2**20:.1f} MiB on "
+                          f"{buft.name}): {exc}; use a smaller context (-c)") from None
+    for t, off in zip(tensors, offsets):
+        t.alloc(buf, off)
+    return buf

@@ -1,0 +1,406 @@
+"""cann_llm.load(...) -> Model: a GGUF model on CANN devices (or the CPU reference), ready to
+tokenize, score (logits), generate and chat.
+
+The top of the runner: the loader opens the file, weights.py uploads the weights (layers spread
+over the devices given), kv_cache.py holds the context, arch/ builds the forward graph of a
+micro-batch and sched.py splits, allocates and runs it. Built graphs are kept by shape
+(n_tokens, n_kv, n_outputs): decode reuses one graph (and its addresses) for N_KV_PAD tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from typing import Iterator
+
+import numpy as np
+
+from . import backend as be
+from .arch import build_graph
+from .kv_cache import ContextFullError, KVCache
+from .loader import open_gguf
+from .sched import DeviceSlot, Scheduler
+
+__all__ = ["load", "Model", "ContextFullError", "Batch"]
+
+_MAX_GRAPHS = 8
+
+
+def _parse_devices(device) -> list[str]:
+    if isinstance(device, str):
+        names = [d.strip().upper() for d in device.split(",") if d.strip()]
+    else:
+        names = [str(d).upper() for d in device]
+    if not names:
+        raise ValueError("no device given (expected CANN0, CANNn, CPU or a list of CANN devices)")
+    if "CPU" in names and len(names) > 1:
+        raise ValueError(f"device {device!r}: CPU cannot be combined with other devices")
+    for n in names:
+        if n != "CPU" and not (n.startswith("CANN") and n[4:].isdigit()):
+            raise ValueError(f"unknown device {n!r} (expected CANN0, CANNn or CPU)")
+    return names
+
+
+class Batch:
+    """Tokens of one or more sequences for one forward pass (llama_batch): token ids, their
+    positions, their sequence ids, and which rows want logits."""
+
+    def __init__(self, tokens, pos, seq_ids, logits):
+        self.tokens = np.asarray(tokens, dtype=np.int32)
+        self.pos = np.asarray(pos, dtype=np.int32)
+        self.seq_ids = np.asarray(seq_ids, dtype=np.int64)
+        self.logits = np.asarray(logits, dtype=bool)
+        n = len(self.tokens)
+        if not (len(self.pos) == len(self.seq_ids) == len(self.logits) == n):
+            raise ValueError("batch fields must have the same length")
+
+    def __len__(self):
+        return len(self.tokens)
+
+    @classmethod
+    def sequence(cls, tokens, start_pos: int = 0, seq_id: int = 0, all_logits=False):
+        n = len(tokens)
+        out = np.zeros(n, dtype=bool)
+        if all_logits:
+            out[:] = True
+        elif n:
+            out[-1] = True
+        return cls(tokens, np.arange(start_pos, start_pos + n), np.full(n, seq_id), out)
+
+
+def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
+         convert=None, verbose=False, log=None) -> "Model":
+    """Load a GGUF model (path None: the default model, fetched on first use)."""
+    if path is None:
+        from .models import default_model_path
+        path = default_model_path(download=True)
+    return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
+                 flash_attn=flash_attn, convert=convert, verbose=verbose, log=log)
+
+
+class Model:
+    """A loaded model. Not thread-safe: one forward pass at a time."""
+
+    def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
+                 flash_attn=True, convert=None, verbose=False, log=None, decline=()):
+        t0 = time.perf_counter()
+        import sys
+        self._log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.verbose = verbose
+        if n_threads is not None:
+            if int(n_threads) < 1:
+                raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+            os.environ.setdefault("CANN_LLM_THREADS", str(int(n_threads)))
+        self.gguf = open_gguf(path)
+        hp = self.hparams = self.gguf.hparams
+        n_ctx = int(n_ctx)
+        if n_ctx <= 0:
+            n_ctx = hp.n_ctx_train
+        if n_ctx > hp.n_ctx_train:
+            raise ValueError(f"n_ctx={n_ctx} is beyond the model's training context "
+                             f"({hp.n_ctx_train} tokens); use -c {hp.n_ctx_train} or less")
+        if int(n_batch) < 1:
+            raise ValueError(f"n_batch must be >= 1, got {n_batch}")
+        self.n_ctx, self.n_batch = n_ctx, min(int(n_batch), n_ctx)
+        self.flash_attn = bool(flash_attn)
+
+        from .tokenizer import Tokenizer
+        from .chat_template import ChatTemplate
+        self.tokenizer = Tokenizer(self._tokenizer_metadata(), name=os.path.basename(str(path)))
+        self.chat_template = ChatTemplate.from_tokenizer(self.tokenizer)
+
+        names = _parse_devices(device)
+        self.devices = names
+        registry = be.Registry()
+        by_name = {d.name: d for d in registry.devices}
+        if names == ["CPU"]:
+            host = by_name["CANN0"].host_buffer_type if "CANN0" in by_name else None
+            if host is None:
+                raise ValueError("device CPU needs a host buffer type (unset GGML_CANN_NO_PINNED)")
+            slots = []
+            layer_buft = [host] * hp.n_layer
+            out_buft = host
+        else:
+            missing = [n for n in names if n not in by_name]
+            if missing:
+                raise ValueError(f"no device {missing[0]} (available: "
+                                 f"{', '.join(sorted(by_name)) or 'none'}, CPU)")
+            slots = [DeviceSlot(by_name[n], decline=decline) for n in names]
+            n_dev = len(slots)
+            layer_buft = [slots[il * n_dev // hp.n_layer].buffer_type for il in range(hp.n_layer)]
+            out_buft = slots[-1].buffer_type
+        self.sched = Scheduler(slots)
+
+        from .loader import layer_index
+        from .weights import load_weights
+
+        def buffer_type_for(name):
+            il = layer_index(name)
+            return out_buft if il is None else layer_buft[il]
+
+        try:
+            self.weights = load_weights(self.gguf, buffer_type_for, convert=convert,
+                                        log=self._log)
+        except be.CannError as exc:
+            self.sched.close()
+            if exc.status == be.Status.ERR_OUT_OF_MEMORY:
+                raise MemoryError(f"{path}: the weights do not fit in device memory: "
+                                  f"{exc.message}") from None
+            raise
+        self.kv = KVCache(hp.n_layer, hp.head_dim * hp.n_head_kv, hp.head_dim * hp.n_head_kv,
+                          n_ctx, lambda il: layer_buft[il])
+        self._graphs: OrderedDict = OrderedDict()
+        self._seq_tokens: list[int] = []        # what seq 0 holds (prefix reuse in generate)
+        self._timings = {"load_ms": 0.0, "prompt_tokens": 0, "prompt_ms": 0.0,
+                         "gen_tokens": 0, "gen_ms": 0.0}
+        self._warm_up_op_caches()
+        # reserve the worst case (a full micro-batch over the whole context) so later graphs fit
+        self._get_plan(self.n_batch, self.kv.n_kv(np.array([n_ctx - 1])), self.n_batch)
+        self._graphs.clear()
+        self._timings["load_ms"] = (time.perf_counter() - t0) * 1e3
+        if verbose:
+            self._log(self.describe())
+
+    def _warm_up_op_caches(self):
+        """Run one ROPE over n_batch positions on every device: the backend's per-stream sin/cos
+        tables reach their largest size now, so they are never reallocated under a graph that
+        graph capture (GGML_CANN_ACL_GRAPH) recorded with the old tables."""
+        hp = self.hparams
+        for slot in self.sched.slots[:-1]:
+            with be.Context(8) as ctx:
+                x = ctx.new_tensor(be.TensorType.F32, [hp.head_dim, 1, self.n_batch])
+                pos = ctx.new_tensor(be.TensorType.I32, [self.n_batch])
+                y = ctx.rope_ext(x, pos, None, hp.rope_n_dims, hp.rope_type,
+                                 freq_base=hp.rope_freq_base, freq_scale=hp.rope_freq_scale)
+                g = ctx.new_graph(8).build_forward(y)
+                buf = ctx.alloc_tensors(slot.buffer_type)
+                x.memset(0)
+                pos.set(np.arange(self.n_batch, dtype=np.int32))
+                slot.backend.graph_compute(g)
+                slot.backend.synchronize()
+                buf.close()
+
+    def _tokenizer_metadata(self) -> dict:
+        from .gguf_vocab import read_metadata
+        return read_metadata(self.gguf.path, lambda k: k.startswith("tokenizer.") or
+                             k == "general.name")
+
+    # ---- text ------------------------------------------------------------------------------
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        """Token ids; BOS only when the model's add_bos_token says so."""
+        return self.tokenizer.tokenize(text, add_special=True, special=special)
+
+    def detokenize(self, ids) -> str:
+        return self.tokenizer.detokenize(list(ids))
+
+    # ---- forward -------------------------------------------------------------------------------
+    def _get_plan(self, n_tokens: int, n_kv: int, n_outputs: int, each_node: bool = False):
+        key = (n_tokens, n_kv, n_outputs, each_node)
+        entry = self._graphs.get(key)
+        if entry is not None and entry[1].generation != self.sched.generation:
+            entry = None
+        if entry is None:
+            fg = build_graph(self.hparams, self.weights.tensors, self.kv, n_tokens, n_kv,
+                             n_outputs, flash_attn=self.flash_attn)
+            plan = self.sched.plan(fg.graph, fg.inputs, {"logits": fg.logits},
+                                   split_each_node=each_node)
+            entry = (fg, plan)
+            if self.sched.generation != plan.generation:    # buffers grew: drop stale plans
+                self._graphs.clear()
+            self._graphs[key] = entry
+            while len(self._graphs) > _MAX_GRAPHS:
+                self._graphs.popitem(last=False)
+            if self.verbose and not each_node:
+                self._log(plan.describe())
+        else:
+            self._graphs.move_to_end(key)
+        return entry
+
+    def decode(self, batch: Batch, eval_callback=None) -> np.ndarray | None:
+        """Run a batch (micro-batches of n_batch tokens): its K/V enter the cache, the rows
+        flagged in batch.logits come back as float32 [n_outputs, n_vocab] (None when an
+        eval_callback stopped the run)."""
+        n = len(batch)
+        if n == 0:
+            return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
+        if np.any(batch.tokens < 0) or np.any(batch.tokens >= self.hparams.n_vocab):
+            raise ValueError(f"token ids must be in 0..{self.hparams.n_vocab - 1}")
+        if n > self.n_ctx - self.kv.n_used():
+            raise ContextFullError(
+                f"{n} tokens do not fit in the context: n_ctx={self.n_ctx}, "
+                f"{self.kv.n_used()} cells in use; use a larger context (-c) or a shorter prompt")
+        outs = []
+        for start in range(0, n, self.n_batch):
+            sl = slice(start, min(start + self.n_batch, n))
+            out = self._decode_ubatch(batch.tokens[sl], batch.pos[sl], batch.seq_ids[sl],
+                                      batch.logits[sl], eval_callback)
+            if out is None:
+                return None
+            outs.append(out)
+        return outs[0] if len(outs) == 1 else np.concatenate(outs)
+
+    def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback):
+        n = len(tokens)
+        cells = self.kv.find_slots(n)
+        self.kv.commit(cells, pos, seq_ids)
+        try:
+            out_ids = np.flatnonzero(want).astype(np.int32)
+            n_out = max(len(out_ids), 1)
+            if len(out_ids) == 0:
+                out_ids = np.array([n - 1], dtype=np.int32)
+            n_kv = self.kv.n_kv()
+            fg, plan = self._get_plan(n, n_kv, n_out, each_node=eval_callback is not None)
+            values = {"inp_tokens": tokens, "inp_pos": pos.astype(np.int32),
+                      "kq_mask": self.kv.mask(n_kv, pos, seq_ids), "kv_idxs": cells,
+                      "inp_out_ids": out_ids}
+            result = plan.run(values, eval_callback)
+        except BaseException:
+            self.kv.release(cells)
+            raise
+        if result is None:
+            return None
+        logits = result["logits"].reshape(-1, self.hparams.n_vocab)
+        return logits[:len(np.flatnonzero(want))].copy() if want.any() else \
+            np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
+
+    def logits(self, ids, eval_callback=None) -> np.ndarray | None:
+        """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence."""
+        ids = [int(i) for i in ids]
+        if len(ids) > self.n_ctx:
+            raise ContextFullError(f"{len(ids)} tokens do not fit in the context "
+                                   f"(n_ctx={self.n_ctx}); use a larger context (-c)")
+        self.kv.clear()
+        self._seq_tokens = []
+        t0 = time.perf_counter()
+        out = self.decode(Batch.sequence(ids, all_logits=True), eval_callback)
+        self.kv.clear()
+        self._timings.update(prompt_tokens=len(ids), prompt_ms=(time.perf_counter() - t0) * 1e3,
+                             gen_tokens=0, gen_ms=0.0)
+        return out
+
+    # ---- generation ----------------------------------------------------------------------------
+    def _prefill(self, ids: list[int]) -> np.ndarray:
+        """Bring seq 0 to hold `ids` (reusing the common prefix already in the cache) and return
+        the logits after its last token."""
+        common = 0
+        for a, b in zip(self._seq_tokens, ids):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(ids) - 1)          # at least one token to get logits from
+        self.kv.seq_rm(0, common, None)
+        self._seq_tokens = list(ids[:common])
+        todo = ids[common:]
+        logits = self.decode(Batch.sequence(todo, start_pos=common))
+        self._seq_tokens = list(ids)
+        return logits[-1]
+
+    def generate(self, ids, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                 repeat_penalty=1.0, repeat_last_n=64, presence_penalty=0.0,
+                 frequency_penalty=0.0, logit_bias=None, seed=None, stop=None) -> Iterator[int]:
+        """Yield generated token ids as they come. Stops at an end-of-generation token (not
+        yielded), after max_tokens, at a token id listed in `stop` (not yielded) or once the
+        generated text contains a string listed in `stop` (its last token is yielded)."""
+        from .sampler import Sampler
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise ValueError("generate() needs at least one prompt token")
+        if len(ids) > self.n_ctx:
+            raise ContextFullError(f"the prompt has {len(ids)} tokens, the context holds "
+                                   f"{self.n_ctx}; use a larger context (-c) or a shorter prompt")
+        stop_ids, stop_text = set(), []
+        for s in ([stop] if isinstance(stop, (str, int)) else (stop or [])):
+            (stop_text.append if isinstance(s, str) else stop_ids.add)(s if isinstance(s, str)
+                                                                        else int(s))
+        sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                          repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                          presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                          logit_bias=logit_bias, seed=seed)
+        self._timings.update(prompt_tokens=0, prompt_ms=0.0, gen_tokens=0, gen_ms=0.0)
+        t0 = time.perf_counter()
+        logits = self._prefill(ids)
+        self._timings.update(prompt_tokens=len(ids), prompt_ms=(time.perf_counter() - t0) * 1e3)
+        history = list(ids)
+        text = self.tokenizer.incremental() if stop_text else None
+        generated = ""
+        t1 = time.perf_counter()
+        n_gen = 0
+        try:
+            while n_gen < max_tokens:
+                token = sampler.sample(logits, history)
+                if self.tokenizer.is_eog(token) or token in stop_ids:
+                    break
+                n_gen += 1
+                history.append(token)
+                self._timings.update(gen_tokens=n_gen, gen_ms=(time.perf_counter() - t1) * 1e3)
+                yield token
+                if text is not None:
+                    generated += text.add(token)
+                    if any(s in generated for s in stop_text):
+                        break
+                if n_gen >= max_tokens:
+                    break
+                if len(self._seq_tokens) >= self.n_ctx:
+                    raise ContextFullError(f"generation reached the end of the context "
+                                           f"(n_ctx={self.n_ctx})")
+                pos = len(self._seq_tokens)
+                logits = self.decode(Batch([token], [pos], [0], [True]))[0]
+                self._seq_tokens.append(token)
+        finally:
+            self._timings.update(gen_tokens=n_gen, gen_ms=(time.perf_counter() - t1) * 1e3)
+
+    def chat(self, messages, max_tokens=512, stop=None, **sampling) -> Iterator[str]:
+        """Apply the chat template to `messages` and stream the answer's text."""
+        prompt = self.chat_template.render(messages, add_generation_prompt=True)
+        ids = self.tokenize(prompt, special=True)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        detok = self.tokenizer.incremental()
+        pending = ""
+        hold = max((len(s) for s in stops), default=1) - 1
+        for token in self.generate(ids, max_tokens=max_tokens, **sampling):
+            pending += detok.add(token)
+            cut = min((pending.find(s) for s in stops if s in pending), default=-1)
+            if cut >= 0:
+                if pending[:cut]:
+                    yield pending[:cut]
+                return
+            if len(pending) > hold:
+                out, pending = pending[:len(pending) - hold], pending[len(pending) - hold:]
+                yield out
+        pending += detok.flush()
+        if pending:
+            yield pending
+
+    # ---- info -----------------------------------------------------------------------------------
+    def timings(self) -> dict:
+        return dict(self._timings)
+
+    def describe(self) -> str:
+        """Devices, memory and the graphs built so far (`-v`)."""
+        hp = self.hparams
+        lines = [f"model: {hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}, n_head "
+                 f"{hp.n_head}/{hp.n_head_kv}, vocab {hp.n_vocab}; devices: "
+                 f"{', '.join(self.devices)}",
+                 f"weights: {self.weights.nbytes / 2**20:.1f} MiB; KV cache: n_ctx {self.n_ctx}, "
+                 f"{self.kv.nbytes / 2**20:.1f} MiB (F16); n_batch {self.n_batch}; "
+                 f"attention: {'flash_attn_ext' if self.flash_attn else 'soft_max'}"]
+        for slot, buf in sorted(self.sched.buffers.items()):
+            lines.append(f"{self.sched.slots[slot].name} compute buffer: "
+                         f"{buf.size / 2**20:.2f} MiB")
+        return "\n".join(lines)
+
+    def close(self):
+        self._graphs.clear()
+        if getattr(self, "kv", None) is not None:
+            self.kv.close()
+        if getattr(self, "weights", None) is not None:
+            self.weights.close()
+        if getattr(self, "sched", None) is not None:
+            self.sched.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,582 @@
+"""The graph scheduler: splits a forward graph across backends, allocates its compute memory and
+runs it (in the manner of ggml_backend_sched).
+
+Between the graph builder (runner/arch/) and the backends: device slots (CANN0..N-1 through
+runner/backend.py) and the CPU reference (runner/reference.py, numpy on host arrays) as the
+fallback for nodes no device runs. plan() assigns nodes to backends in numbered passes, cuts the
+graph into splits, adds input copies between backends and places every compute tensor in one
+compute buffer per device, reusing memory by liveness. Plan.run() uploads inputs, computes the
+splits in order and reads the outputs. Shapes are ggml order unless noted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import backend as be
+from . import reference as ref
+from .backend import Op, ffi, lib
+
+_VIEW_OPS = (Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE)
+_REFERENCE_OPS = {Op.ADD, Op.MUL, Op.SCALE, Op.RMS_NORM, Op.MUL_MAT, Op.GET_ROWS, Op.SET_ROWS,
+                  Op.ROPE, Op.SOFT_MAX, Op.FLASH_ATTN_EXT, Op.ARGMAX, Op.UNARY, Op.GLU, Op.CPY,
+                  Op.DUP, Op.CONT}
+
+
+class SchedError(RuntimeError):
+    """A graph that cannot be scheduled or run (the message names the node and backend)."""
+
+
+# ---- backends the scheduler knows ---------------------------------------------------------------
+
+class DeviceSlot:
+    """A device backend: its stream, buffer types and supports_op. `decline` lists ops to refuse
+    (tests of the CPU fallback)."""
+
+    is_cpu = False
+
+    def __init__(self, device: be.Device, decline=()):
+        self.device = device
+        self.name = device.name
+        self.backend = device.init_backend()
+        self.buffer_type = device.buffer_type
+        self.decline = set(decline)
+
+    def supports(self, node: be.Tensor) -> bool:
+        if node.op in self.decline:
+            return False
+        return self.device.supports_op(node)
+
+    def close(self):
+        self.backend.close()
+
+
+class CPUSlot:
+    """The CPU reference: every op the numpy reference knows, on host arrays."""
+
+    is_cpu = True
+    name = "CPU"
+    buffer_type = None
+
+    def supports(self, node: be.Tensor) -> bool:
+        if node.op in _VIEW_OPS or node.op == Op.NONE:
+            return True
+        if node.op not in _REFERENCE_OPS:
+            return False
+        if node.op in (Op.UNARY, Op.GLU):
+            return int(node.c.op_params[0]) == 0
+        return True
+
+    def close(self):
+        pass
+
+
+def _root(t: be.Tensor) -> be.Tensor:
+    return t if t.c.view_src == ffi.NULL else be.Tensor(t._ctx, t.c.view_src)
+
+
+def _buffer_buft(t: be.Tensor):
+    """The clm_buffer_type * a pre-allocated tensor lies in, or None."""
+    buf = t.c.buffer
+    if buf == ffi.NULL or t.c.data == ffi.NULL:
+        return None
+    return lib.clm_buffer_buft(buf)
+
+
+def _raw(root: be.Tensor) -> np.ndarray:
+    """A root tensor's bytes (ggml layout, synchronous read)."""
+    raw = np.empty(root.nbytes, dtype=np.uint8)
+    be.check(lib.clm_tensor_get(root.c, ffi.from_buffer(raw), 0, raw.nbytes), "clm_tensor_get")
+    return raw
+
+
+def _is_weights(t: be.Tensor) -> bool:
+    buf = t.c.buffer
+    return buf != ffi.NULL and lib.clm_buffer_get_usage(buf) == be.BufferUsage.WEIGHTS
+
+
+# ---- the allocator ------------------------------------------------------------------------------
+
+class _Arena:
+    """Offsets in one compute buffer: best-fit over free blocks, else grow the end (ggml-alloc's
+    dynamic allocator without the in-place reuse)."""
+
+    def __init__(self, alignment: int):
+        self.alignment = max(alignment, 1)
+        self.free: list[list[int]] = []      # [offset, size], sorted by offset
+        self.end = 0
+
+    def alloc(self, size: int) -> int:
+        size = (size + self.alignment - 1) // self.alignment * self.alignment
+        best = None
+        for i, (_, s) in enumerate(self.free):
+            if s >= size and (best is None or s < self.free[best][1]):
+                best = i
+        if best is not None:
+            off, s = self.free[best]
+            if s == size:
+                del self.free[best]
+            else:
+                self.free[best] = [off + size, s - size]
+            return off
+        if self.free and self.free[-1][0] + self.free[-1][1] == self.end:
+            off = self.free.pop()[0]
+        else:
+            off = self.end
+        self.end = off + size
+        return off
+
+    def release(self, off: int, size: int) -> None:
+        size = (size + self.alignment - 1) // self.alignment * self.alignment
+        blocks = self.free
+        i = 0
+        while i < len(blocks) and blocks[i][0] < off:
+            i += 1
+        blocks.insert(i, [off, size])
+        if i + 1 < len(blocks) and blocks[i][0] + blocks[i][1] == blocks[i + 1][0]:
+            blocks[i][1] += blocks[i + 1][1]
+            del blocks[i + 1]
+        if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == blocks[i][0]:
+            blocks[i - 1][1] += blocks[i][1]
+            del blocks[i]
+
+
+# ---- plans --------------------------------------------------------------------------------------
+
+@dataclass
+class Split:
+    slot: int                                  # index into Scheduler.slots
+    nodes: list                                # compute nodes (Tensor), in graph order
+    first: int                                 # index of the first node in the graph order
+    graph: be.Graph | None = None              # device splits
+    copies: list = field(default_factory=list)  # (src root, src slot, dst tensor) before compute
+
+
+class Scheduler:
+    """Backends in priority order (devices first); the CPU reference is always the last slot."""
+
+    def __init__(self, slots: list):
+        self.slots = [s for s in slots if not s.is_cpu] + [CPUSlot()]
+        self.cpu = len(self.slots) - 1
+        self._by_buft = {}
+        for i, s in enumerate(self.slots[:-1]):
+            self._by_buft[int(ffi.cast("uintptr_t", s.buffer_type._ptr))] = i
+        self.buffers: dict[int, be.Buffer] = {}     # slot -> compute buffer
+        self.generation = 0                         # bumped when a compute buffer is replaced
+        self.weight_cache: dict[int, np.ndarray] = {}  # CPU: bytes of weights read once
+
+    def slot_of_buffer(self, t: be.Tensor) -> int | None:
+        buft = _buffer_buft(t)
+        if buft is None:
+            return None
+        return self._by_buft.get(int(ffi.cast("uintptr_t", buft)), self.cpu)
+
+    def reserve(self, slot: int, size: int) -> None:
+        """Grow slot's compute buffer to `size` bytes (plans placed in the old one become stale)."""
+        old = self.buffers.get(slot)
+        if old is not None and old.size >= size:
+            return
+        s = self.slots[slot]
+        if old is not None:
+            old.close()
+            self.generation += 1
+        try:
+            buf = s.buffer_type.alloc_buffer(max(size, 1))
+        except be.CannError as exc:
+            raise MemoryError(f"cannot allocate a {size / 2**20:.1f} MiB compute buffer on "
+                              f"{s.name}: {exc}; use a smaller batch (-b) or context (-c)") \
+                from None
+        buf.usage = be.BufferUsage.COMPUTE
+        self.buffers[slot] = buf
+
+    def plan(self, graph: be.Graph, inputs: dict, outputs: dict, split_each_node=False) -> "Plan":
+        return Plan(self, graph, inputs, outputs, split_each_node)
+
+    def close(self):
+        for b in self.buffers.values():
+            b.close()
+        self.buffers.clear()
+        for s in self.slots:
+            s.close()
+
+
+class Plan:
+    """One graph split, allocated and ready to run many times (decode reuses it per token)."""
+
+    def __init__(self, sched: Scheduler, graph: be.Graph, inputs: dict, outputs: dict,
+                 split_each_node: bool):
+        self.sched, self.graph = sched, graph
+        self.inputs = dict(inputs)           # name -> leaf Tensor (values given at run())
+        self.outputs = dict(outputs)         # name -> Tensor to read after run()
+        self.generation = sched.generation
+        self.ctx = be.Context(max_tensors=4096)
+        self.nodes = [n for n in graph.nodes]
+        self.index = {n.address: i for i, n in enumerate(self.nodes)}
+        self._assign()
+        self._split(split_each_node)
+        self._liveness()
+        self._wire()
+        self._allocate()
+        self._build_split_graphs()
+        self._out_host = {name: np.empty(t.shape, dtype=t.dtype)
+                          for name, t in self.outputs.items()}
+
+    # ---- pass 1-4: assign a backend to every node ----------------------------------------------
+    def _assign(self):
+        sched, slots = self.sched, self.sched.slots
+        nodes = self.nodes
+        assign: list = [None] * len(nodes)
+        self.leaf_slot = {}                  # root address -> slot (pre-allocated leaves)
+
+        def pinned(t):
+            r = _root(t)
+            if r.address in self.index:
+                return None
+            return sched.slot_of_buffer(r)
+
+        # pass 1: nodes on pre-allocated tensors: writes into them (SET_ROWS, CPY) and views of
+        # them go where the memory is; ops with a weight operand go to the weight's device
+        for i, n in enumerate(nodes):
+            if n.c.view_src != ffi.NULL:
+                s = pinned(n)
+                if s is not None:
+                    assign[i] = s
+                    continue
+            for src in n.src:
+                if _is_weights(_root(src)):
+                    s = sched.slot_of_buffer(_root(src))
+                    if s is not None and slots[s].supports(n):
+                        assign[i] = s
+                        break
+        # pass 2: expand device assignments down the graph, then up (runs of unassigned nodes
+        # join their neighbour's backend when it supports them)
+        cur = None
+        for i, n in enumerate(nodes):
+            if assign[i] is not None:
+                cur = assign[i] if assign[i] != sched.cpu else None
+            elif cur is not None and slots[cur].supports(n):
+                assign[i] = cur
+        cur = None
+        for i in range(len(nodes) - 1, -1, -1):
+            n = nodes[i]
+            if assign[i] is not None:
+                cur = assign[i] if assign[i] != sched.cpu else None
+            elif cur is not None and slots[cur].supports(n):
+                assign[i] = cur
+        # pass 3: what is left goes to the first backend that supports it
+        for i, n in enumerate(nodes):
+            if assign[i] is None:
+                assign[i] = next((k for k, s in enumerate(slots) if s.supports(n)), None)
+                if assign[i] is None:
+                    raise SchedError(f"no backend runs node {n.name!r} ({n.op_desc})")
+        # pass 4: view nodes follow their source; unsupported assignments fall back to the CPU
+        for i, n in enumerate(nodes):
+            if n.op in _VIEW_OPS:
+                r = _root(n)
+                j = self.index.get(r.address)
+                if j is not None:
+                    assign[i] = assign[j]
+                else:
+                    s = sched.slot_of_buffer(r)
+                    assign[i] = s if s is not None else assign[i]
+            elif not slots[assign[i]].supports(n):
+                assign[i] = sched.cpu
+        self.assign = assign
+
+    # ---- pass 5: splits -------------------------------------------------------------------------
+    def _split(self, each_node: bool):
+        splits: list[Split] = []
+        for i, n in enumerate(self.nodes):
+            if n.op in _VIEW_OPS:
+                continue
+            s = self.assign[i]
+            if each_node or not splits or splits[-1].slot != s:
+                splits.append(Split(slot=s, nodes=[], first=i))
+            splits[-1].nodes.append(n)
+        self.splits = splits
+        self.split_of = {}
+        for k, sp in enumerate(splits):
+            for n in sp.nodes:
+                self.split_of[n.address] = k
+
+    def _liveness(self):
+        """Last use (graph index) of every root, through views and across backends, and of every
+        root on each backend (how long a copy there must live); before any rewiring."""
+        self.last, self.last_on = {}, {}
+        for i, n in enumerate(self.nodes):
+            if n.op in _VIEW_OPS:
+                continue
+            s = self.assign[i]
+            for src in ref._sources(n):
+                if src is not None:
+                    r = _root(src).address
+                    self.last[r] = max(self.last.get(r, -1), i)
+                    self.last_on[(r, s)] = max(self.last_on.get((r, s), -1), i)
+
+    # ---- pass 6: inputs of each split from other backends (copies) and earlier splits (aliases) --
+    def _wire(self):
+        sched = self.sched
+        self.copies: dict = {}      # (root address, slot) -> copy Tensor on slot
+        self.aliases: list = []     # (alias Tensor, source view/root Tensor, base Tensor)
+        self.input_targets: dict = {name: [] for name in self.inputs}   # name -> [(slot, t)]
+        self.alloc_extra: list = []  # (slot, tensor, alloc step, root address) copies to place
+        input_addr = {t.address: name for name, t in self.inputs.items()}
+        self._input_addrs = set(input_addr)
+        alias_of: dict = {}
+        for k, sp in enumerate(self.splits):
+            if sched.slots[sp.slot].is_cpu:
+                continue
+            for n in sp.nodes:
+                for si in range(len(n.c.src)):
+                    sp_ptr = n.c.src[si]
+                    if sp_ptr == ffi.NULL:
+                        continue
+                    src = be.Tensor(n._ctx, sp_ptr)
+                    root = _root(src)
+                    where = self.split_of.get(root.address)
+                    if where == k:
+                        continue                       # computed in this split
+                    if where is None and root.address not in input_addr:
+                        s = sched.slot_of_buffer(root)
+                        if s == sp.slot:
+                            continue                   # pre-allocated here (weights, KV)
+                        if s is None:
+                            raise SchedError(f"node {n.name!r} ({n.op_desc}) reads "
+                                             f"{root.name!r}, which has no memory")
+                    if where is not None and self.splits[where].slot == sp.slot:
+                        base = root                    # same backend, earlier split: alias
+                    else:
+                        key = (root.address, sp.slot)
+                        if key not in self.copies:
+                            copy = self.ctx.new_tensor(root.type, root.ne,
+                                                       name=f"{root.name}#{sp.slot}"[:63])
+                            self.copies[key] = copy
+                            if root.address in input_addr:
+                                self.input_targets[input_addr[root.address]].append(
+                                    (sp.slot, copy))
+                                self.alloc_extra.append((sp.slot, copy, -1, root.address))
+                            else:
+                                src_slot = (self.assign[self.index[root.address]]
+                                            if root.address in self.index
+                                            else sched.slot_of_buffer(root))
+                                sp.copies.append((root, src_slot, copy))
+                                self.alloc_extra.append((sp.slot, copy, sp.first, root.address))
+                        base = self.copies[key]
+                    akey = (src.address, base.address)
+                    if akey not in alias_of:
+                        if src.address == root.address and base.address != root.address:
+                            alias_of[akey] = base      # the copy itself stands for the root
+                        else:
+                            alias = self.ctx.new_tensor(src.type, src.ne)
+                            alias.name = src.name[:60] + "#a"
+                            for d in range(4):
+                                alias.c.nb[d] = src.c.nb[d]
+                            self.aliases.append((alias, src, root, base))
+                            alias_of[akey] = alias
+                    n.c.src[si] = alias_of[akey].c
+        # CPU inputs are written straight into its memory; note which inputs the CPU reads
+        self.cpu_inputs = set()
+        for k, sp in enumerate(self.splits):
+            if sched.slots[sp.slot].is_cpu:
+                for n in sp.nodes:
+                    for src in ref._sources(n):
+                        if src is not None and _root(src).address in input_addr:
+                            self.cpu_inputs.add(input_addr[_root(src).address])
+
+    # ---- pass 7: compute memory by liveness -----------------------------------------------------
+    def _allocate(self):
+        sched, nodes = self.sched, self.nodes
+        keep = {t.address for t in self.outputs.values()} | {_root(t).address
+                                                            for t in self.outputs.values()}
+        last = self.last
+        events = []       # (time, kind 0 = alloc / 1 = free, slot, tensor)
+        for i, n in enumerate(nodes):
+            s = self.assign[i]
+            if sched.slots[s].is_cpu or n.op in _VIEW_OPS or n.c.view_src != ffi.NULL:
+                continue
+            if n.c.data != ffi.NULL:
+                continue
+            events.append((4 * i, 0, s, n))
+            if n.address not in keep:
+                events.append((4 * max(last.get(n.address, i), i) + 1, 1, s, n))
+        # copies live from their split's start to their last consumer on that backend
+        for slot, copy, first, root_addr in self.alloc_extra:
+            if first < 0:
+                events.append((-2, 0, slot, copy))      # inputs: whole graph
+            else:
+                events.append((4 * first - 2, 0, slot, copy))
+                events.append((4 * self.last_on.get((root_addr, slot), len(nodes)) + 1, 1,
+                               slot, copy))
+        events.sort(key=lambda e: (e[0], e[1]))
+        arenas: dict[int, _Arena] = {}
+        offsets: dict[int, tuple] = {}
+        for _, kind, slot, t in events:
+            arena = arenas.get(slot)
+            if arena is None:
+                arena = arenas[slot] = _Arena(sched.slots[slot].buffer_type.alignment)
+            size = sched.slots[slot].buffer_type.alloc_size(t)
+            if kind == 0:
+                offsets[t.address] = (slot, arena.alloc(size), t)
+            else:
+                arena.release(offsets[t.address][1], size)
+        self.compute_sizes = {slot: a.end for slot, a in arenas.items()}
+        for slot, size in self.compute_sizes.items():
+            sched.reserve(slot, size)
+        self.generation = sched.generation
+        for slot, off, t in offsets.values():
+            t.alloc(sched.buffers[slot], off)
+        # views of allocated memory get their addresses (ggml_backend_view_init)
+        for i, n in enumerate(nodes):
+            if n.c.view_src != ffi.NULL and n.c.data == ffi.NULL \
+                    and n.c.view_src.data != ffi.NULL:
+                n.view_init()
+        for alias, src, root, base in self.aliases:
+            if base.address == root.address:
+                addr, buf = src.data, src.c.buffer
+            else:
+                addr, buf = base.data + int(src.c.view_offs), base.c.buffer
+            if addr == 0:
+                raise SchedError(f"{src.name!r} has no memory to alias")
+            alias.c.data = ffi.cast("void *", addr)
+            alias.c.buffer = buf
+
+    def _build_split_graphs(self):
+        for sp in self.splits:
+            if self.sched.slots[sp.slot].is_cpu:
+                continue
+            g = self.ctx.new_graph(max_nodes=2 * len(self.nodes) + 64)
+            for n in sp.nodes:
+                g.build_forward(n)
+            sp.graph = g
+
+    # ---- running ---------------------------------------------------------------------------------
+    def run(self, values: dict, eval_callback=None) -> dict | None:
+        """Upload the inputs (name -> numpy array, numpy order), compute every split, return the
+        outputs (name -> numpy array). With eval_callback(name, op, type, ne, data), each computed
+        node is shown to it (plan with split_each_node=True to see every node); a False return
+        stops the run and run() returns None."""
+        sched, slots = self.sched, self.sched.slots
+        mem = ref.Memory()
+        for name, targets in self.input_targets.items():
+            arr = values[name]
+            for slot, t in targets:
+                slots[slot].backend.set_tensor_async(t, arr)
+        for name in self.cpu_inputs:
+            t = self.inputs[name]
+            mem.raw[t.address] = np.ascontiguousarray(values[name]).reshape(-1).view(np.uint8) \
+                .copy()
+        for k, sp in enumerate(self.splits):
+            slot = slots[sp.slot]
+            if slot.is_cpu:
+                self._run_cpu(sp, mem)
+                if eval_callback is not None and not self._show(sp, mem, eval_callback):
+                    return None
+                continue
+            for root, src_slot, copy in sp.copies:
+                self._copy_in(root, src_slot, copy, sp.slot, mem)
+            slot.backend.graph_compute(sp.graph)
+            if eval_callback is not None:
+                slot.backend.synchronize()
+                if not self._show(sp, None, eval_callback):
+                    return None
+        out = {}
+        for name, t in self.outputs.items():
+            k = self.assign[self.index[t.address]] if t.address in self.index else None
+            if k is None or slots[k].is_cpu:
+                out[name] = mem.read(t).reshape(t.shape).copy()
+            else:
+                slots[k].backend.get_tensor_async(t, self._out_host[name])
+                out[name] = self._out_host[name]
+        for s in slots[:-1]:
+            s.backend.synchronize()
+        return out
+
+    def _copy_in(self, root, src_slot, copy, dst_slot, mem):
+        slots = self.sched.slots
+        if slots[src_slot].is_cpu:
+            self._fetch(root, mem)
+            slots[dst_slot].backend.set_tensor_async(copy, mem.raw[root.address])
+            return
+        try:
+            slots[src_slot].backend.cpy_tensor_async(slots[dst_slot].backend, root, copy)
+        except be.CannError:
+            slots[src_slot].backend.synchronize()
+            slots[dst_slot].backend.set_tensor_async(copy, _raw(root))
+
+    def _fetch(self, root: be.Tensor, mem: ref.Memory):
+        """Bytes of a root that lives in a buffer (device or host) into the CPU memory model."""
+        if root.address in mem.raw:
+            return
+        cache = self.sched.weight_cache
+        if root.address in cache:
+            mem.raw[root.address] = cache[root.address]
+            return
+        raw = _raw(root)
+        mem.raw[root.address] = raw
+        if _is_weights(root):
+            cache[root.address] = raw
+
+    def _run_cpu(self, sp: Split, mem: ref.Memory):
+        slots = self.sched.slots
+        for s in slots[:-1]:                  # device results this split reads are complete
+            s.backend.synchronize()
+        for addr in [a for a in mem.raw if a not in self.index and a not in self.sched.weight_cache
+                     and a not in self._input_addrs]:
+            del mem.raw[addr]                 # pre-allocated state (KV) is read afresh
+        written = {}
+        for n in sp.nodes:
+            srcs = []
+            for src in ref._sources(n):
+                if src is None:
+                    srcs.append(None)
+                    continue
+                root = _root(src)
+                if root.address not in mem.raw and root.c.data != ffi.NULL:
+                    self._fetch(root, mem)
+                srcs.append(mem.read(src))
+            if n.c.view_src != ffi.NULL:      # SET_ROWS / CPY into a pre-allocated tensor
+                root = _root(n)
+                if root.address not in self.index and root.c.data != ffi.NULL:
+                    self._fetch(root, mem)
+                    written[root.address] = root
+            mem.write(n, ref.compute_node(n, srcs))
+        for addr, root in written.items():   # write the state back where it lives
+            raw = mem.raw[addr]
+            be.check(lib.clm_tensor_set(root.c, ffi.from_buffer(raw), 0, raw.nbytes),
+                     "clm_tensor_set")
+
+    def _show(self, sp: Split, mem, callback) -> bool:
+        for n in sp.nodes:
+            if mem is not None:
+                data = mem.read(n)
+            else:
+                data = ref.read(_raw(_root(n)), n)
+            ne = n.ne
+            data = np.asarray(data).reshape(tuple(reversed(ne[:n.n_dims])))
+            if callback(n.name, n.op_desc, n.type.name, ne, data) is False:
+                return False
+        return True
+
+    # ---- -v --------------------------------------------------------------------------------------
+    def describe(self) -> str:
+        slots = self.sched.slots
+        lines = [f"graph: {len(self.nodes)} nodes, {len(self.splits)} splits"]
+        for k, sp in enumerate(self.splits):
+            ins = [c[0].name for c in sp.copies]
+            extra = f", inputs from other backends: {', '.join(ins)}" if ins else ""
+            lines.append(f"  split {k}: {slots[sp.slot].name}, {len(sp.nodes)} nodes "
+                         f"({sp.nodes[0].name} .. {sp.nodes[-1].name}){extra}")
+        for slot, size in sorted(self.compute_sizes.items()):
+            lines.append(f"  {slots[slot].name} compute buffer: {size / 2**20:.2f} MiB "
+                         f"(allocated {self.sched.buffers[slot].size / 2**20:.2f} MiB)")
+        return "\n".join(lines)
+
+    def counts(self) -> dict:
+        """Nodes per backend name (tests)."""
+        out: dict = {}
+        for sp in self.splits:
+            name = self.sched.slots[sp.slot].name
+            out[name] = out.get(name, 0) + len(sp.nodes)
+        return out

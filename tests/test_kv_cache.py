@@ -1,0 +1,63 @@
+"""The unified KV cache: cells, sequence ops, the KQ mask, n_kv padding and a full context."""
+
+import numpy as np
+import pytest
+
+from cann_llm.kv_cache import N_KV_PAD, ContextFullError, KVCache
+
+
+@pytest.fixture
+def kv(device):
+    cache = KVCache(2, 8, 8, 600, lambda il: device.buffer_type)
+    yield cache
+    cache.close()
+
+
+def test_tensors_and_empty_cells(kv):
+    assert kv.k[0].ne[:2] == (8, 600) and kv.k[0].type.name == "F16"
+    assert kv.v[1].name == "cache_v_l1"
+    assert not np.any(kv.k[0].get())      # cleared: masked cells hold finite values
+    assert kv.n_used() == 0 and kv.n_kv() == N_KV_PAD
+
+
+def test_mask_causal_and_sequences(kv):
+    cells = kv.find_slots(5)
+    assert cells.tolist() == [0, 1, 2, 3, 4]
+    kv.commit(cells, [0, 1, 2, 0, 1], [0, 0, 0, 1, 1])
+    m = kv.mask(kv.n_kv(), [2, 1], [0, 1])
+    assert m.shape == (2, N_KV_PAD) and m.dtype == np.float16
+    assert (m[0, :3] == 0).all() and np.isinf(m[0, 3:]).all()          # seq 0 at pos 2
+    assert np.isinf(m[1, :3]).all() and (m[1, 3:5] == 0).all() and np.isinf(m[1, 5:]).all()
+    m = kv.mask(kv.n_kv(), [1], [0])                                     # no future positions
+    assert (m[0, :2] == 0).all() and np.isinf(m[0, 2])
+
+
+def test_seq_ops(kv):
+    kv.commit(kv.find_slots(4), [0, 1, 2, 3], [0] * 4)
+    kv.seq_cp(0, 1, 0, 2)                       # a shared prefix
+    m = kv.mask(kv.n_kv(), [5], [1])
+    assert (m[0, :2] == 0).all() and np.isinf(m[0, 2:]).all()
+    kv.seq_rm(0, 2, None)                       # cells 2, 3 become free
+    assert kv.seq_pos_max(0) == 1 and kv.n_used() == 2
+    assert kv.find_slots(1).tolist() == [2]
+    kv.seq_keep(1)
+    assert kv.seq_pos_max(0) == -1 and kv.seq_pos_max(1) == 1 and kv.n_used() == 2
+    kv.seq_rm(-1)
+    assert kv.n_used() == 0
+
+
+def test_n_kv_padding(kv):
+    kv.commit(kv.find_slots(N_KV_PAD), np.arange(N_KV_PAD), [0] * N_KV_PAD)
+    assert kv.n_kv() == N_KV_PAD                 # one decode graph for 256 cells
+    kv.commit(kv.find_slots(1), [N_KV_PAD], [0])
+    assert kv.n_kv() == 2 * N_KV_PAD
+    kv.commit(kv.find_slots(300), np.arange(300) + 300, [0] * 300)
+    assert kv.n_kv() == 600                      # clamped to n_ctx
+
+
+def test_context_full(kv):
+    kv.commit(kv.find_slots(590), np.arange(590), [0] * 590)
+    with pytest.raises(ContextFullError, match="n_ctx=600"):
+        kv.find_slots(11)
+    kv.release(np.arange(580, 590))
+    assert len(kv.find_slots(20)) == 20

@@ -1,0 +1,176 @@
+"""cann_llm.load / Model: devices (CANN0, two devices, the CPU reference, a backend that declines
+ops), attention paths, batch invariance, qwen2 (QKV bias) and clear errors. Tiny random models
+(tests/tiny_models.py) for the slow CPU reference; the default model elsewhere."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import cann_llm
+from cann_llm import ContextFullError
+from cann_llm.backend import Op
+from cann_llm.model import Batch, Model
+
+from conftest import run_python
+from tiny_models import write_tiny_model
+
+GOLDEN = pathlib.Path("/work/shared/reference/golden_smollm2-q4_1.json")
+
+
+@pytest.fixture(scope="module")
+def default_path():
+    from cann_llm.models import default_model_path
+    try:
+        return str(default_model_path(download=False))
+    except Exception as exc:
+        pytest.skip(f"default model not available: {exc}")
+
+
+@pytest.fixture(scope="module")
+def smol(default_path):
+    m = cann_llm.load(default_path, n_ctx=512, n_batch=64)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return str(write_tiny_model(tmp_path_factory.mktemp("m") / "tiny.gguf", arch="llama",
+                                n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128))
+
+
+def _prompt():
+    return json.loads(GOLDEN.read_text())["greedy"][1]["prompt_ids"]
+
+
+def test_logits_shape_and_fresh_sequence(smol):
+    ids = _prompt()
+    a = smol.logits(ids)
+    assert a.shape == (len(ids), smol.hparams.n_vocab) and a.dtype == np.float32
+    b = smol.logits(ids)                        # a fresh sequence each time
+    np.testing.assert_array_equal(a, b)
+
+
+def test_cpu_reference_equals_device(tiny_llama):
+    ids = [1, 5, 9, 200, 17, 3]
+    with Model(tiny_llama, n_ctx=64) as dev, Model(tiny_llama, device="CPU", n_ctx=64) as cpu:
+        np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
+
+
+def test_declining_backend_splits_to_cpu(tiny_llama):
+    ids = [1, 5, 9, 200, 17, 3]
+    with Model(tiny_llama, n_ctx=64) as dev, \
+            Model(tiny_llama, n_ctx=64, decline={Op.RMS_NORM, Op.ROPE}) as mixed:
+        np.testing.assert_allclose(mixed.logits(ids), dev.logits(ids), rtol=0, atol=2e-3)
+        fg, plan = next(iter(mixed._graphs.values()))
+        assert plan.counts()["CPU"] > 0 and len(plan.splits) > 10
+        assert "split" in plan.describe()
+
+
+def test_qwen2_tiny_runs_with_qkv_bias(tmp_path):
+    path = write_tiny_model(tmp_path / "q.gguf", arch="qwen2", n_embd=64, n_layer=2, n_head=4,
+                            n_head_kv=2, n_ff=128)
+    ids = [1, 7, 42, 99]
+    with Model(path, n_ctx=64) as dev, Model(path, device="CPU", n_ctx=64) as cpu:
+        assert dev.hparams.qkv_bias and "blk.0.attn_q.bias" in dev.weights.tensors
+        np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
+
+
+def test_soft_max_path_equals_flash(default_path, smol):
+    ids = _prompt()
+    with cann_llm.load(default_path, n_ctx=512, n_batch=64, flash_attn=False) as sm:
+        np.testing.assert_allclose(sm.logits(ids), smol.logits(ids), rtol=0, atol=0.05)
+
+
+def test_same_tokens_alone_or_in_a_batch(smol):
+    a, b = _prompt(), json.loads(GOLDEN.read_text())["greedy"][3]["prompt_ids"]
+    alone = list(smol.generate(a, max_tokens=6, temperature=0))
+    smol.kv.clear()
+    smol._seq_tokens = []
+    n = len(a) + len(b)
+    batch = Batch(a + b, list(range(len(a))) + list(range(len(b))), [0] * len(a) + [1] * len(b),
+                  [False] * (len(a) - 1) + [True] + [False] * (len(b) - 1) + [True])
+    logits = smol.decode(batch)
+    assert n == len(batch) and logits.shape[0] == 2
+    toks, pos = [int(logits[0].argmax()), int(logits[1].argmax())], [len(a), len(b)]
+    got = [toks[0]]
+    for _ in range(5):
+        out = smol.decode(Batch(toks, pos, [0, 1], [True, True]))
+        toks = [int(out[0].argmax()), int(out[1].argmax())]
+        pos = [pos[0] + 1, pos[1] + 1]
+        got.append(toks[0])
+    smol.kv.clear()
+    assert got == alone
+
+
+def test_generate_streams_and_stops(smol):
+    ids = _prompt()
+    out = list(smol.generate(ids, max_tokens=5, temperature=0))
+    assert len(out) == 5
+    t = smol.timings()
+    assert t["prompt_tokens"] == len(ids) and t["gen_tokens"] == 5
+    first = out[0]
+    assert list(smol.generate(ids, max_tokens=5, temperature=0, stop=[first])) == []
+    text = "".join(smol.chat([{"role": "user", "content": "Say hi"}], max_tokens=4,
+                             temperature=0))
+    assert isinstance(text, str) and text
+
+
+def test_decode_graph_is_reused(smol):
+    ids = _prompt()
+    list(smol.generate(ids, max_tokens=3, temperature=0))
+    n_graphs = len(smol._graphs)
+    plan = smol._graphs[next(reversed(smol._graphs))][1]
+    list(smol.generate(ids, max_tokens=8, temperature=0))
+    assert len(smol._graphs) <= n_graphs + 1
+    assert smol._graphs[next(reversed(smol._graphs))][1] is plan
+
+
+def test_prompt_longer_than_context(default_path):
+    with cann_llm.load(default_path, n_ctx=32, n_batch=32) as m:
+        with pytest.raises(ContextFullError, match="n_ctx=32"):
+            m.logits(list(range(10, 50)))
+        with pytest.raises(ContextFullError):
+            list(m.generate(list(range(10, 50)), max_tokens=2))
+        with pytest.raises(ContextFullError, match="context"):
+            list(m.generate(list(range(10, 40)), max_tokens=10, temperature=0))
+
+
+def test_n_ctx_beyond_training(default_path):
+    with pytest.raises(ValueError, match="training context"):
+        cann_llm.load(default_path, n_ctx=10 ** 6)
+
+
+def test_unknown_device(default_path):
+    with pytest.raises(ValueError, match="CANN7"):
+        cann_llm.load(default_path, device="CANN7", n_ctx=64)
+
+
+_SUB = """
+import json, numpy as np, cann_llm
+ids = json.load(open({golden!r}))["greedy"][1]["prompt_ids"]
+one = cann_llm.load({path!r}, n_ctx=64, n_batch=64).logits(ids)
+m = cann_llm.load({path!r}, device="CANN0,CANN1", n_ctx=64, n_batch=64)
+two = m.logits(ids)
+fg, plan = next(iter(m._graphs.values()))
+print(sorted(plan.counts()), len(plan.splits), float(np.abs(one - two).max()))
+"""
+
+
+def test_two_devices_equal_one(default_path):
+    r = run_python(_SUB.format(golden=str(GOLDEN), path=default_path),
+                   env={"CANN_LLM_HOST_DEVICES": "2"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    names, n_splits, diff = r.stdout.strip().rsplit(" ", 2)[0], *r.stdout.split()[-2:]
+    assert "'CANN1'" in r.stdout and int(n_splits) >= 2
+    assert float(diff) == 0.0
+
+
+def test_out_of_device_memory(default_path):
+    code = (f"import cann_llm\ntry:\n    cann_llm.load({default_path!r}, n_ctx=64)\n"
+            "except MemoryError as e:\n    print('ERR', e)\n")
+    r = run_python(code, env={"CANN_LLM_HOST_MEMORY": "32M"})
+    assert r.returncode == 0, r.stderr
+    assert "ERR" in r.stdout and "memory" in r.stdout.lower()
