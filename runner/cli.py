@@ -102,8 +102,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     yarn = f", yarn {hp.rope_yarn}" if hp.rope_yarn else ""
     out.append(f"rope:        {rope}, n_dims {hp.rope_n_dims}, freq_base {hp.rope_freq_base:g}, "
                f"freq_scale {hp.rope_freq_scale:g}{yarn}; rms_eps {hp.rms_eps:g}")
-    out.append(f"embeddings:  {'tied (token_embd is the output projection)' if hp.tied_embeddings else 'separate output.weight'}"
-               f"; qkv bias: {'yes' if hp.qkv_bias else 'no'}")
+    embd = "tied (token_embd is the output projection)" if hp.tied_embeddings \
+        else "separate output.weight"
+    out.append(f"embeddings:  {embd}; qkv bias: {'yes' if hp.qkv_bias else 'no'}")
     tokens = md.get("tokenizer.ggml.tokens")
     tok = f"{md.get('tokenizer.ggml.model', '?')}"
     if md.get("tokenizer.ggml.pre"):
@@ -116,7 +117,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         tok += f", add_bos {str(bool(md['tokenizer.ggml.add_bos_token'])).lower()}"
     out.append(f"tokenizer:   {tok}")
     template = md.get("tokenizer.chat_template")
-    out.append(f"chat:        {f'template present ({len(template)} chars)' if template else 'no template'}")
+    chat = f"template present ({len(template)} chars)" if template else "no template"
+    out.append(f"chat:        {chat}")
     by_type: dict = {}
     for info in g.tensors.values():
         n, size = by_type.get(info.type, (0, 0))

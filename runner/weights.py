@@ -8,7 +8,8 @@ streams the bytes from the memory map with clm_tensor_set in chunks of whole row
 the host never holds a second copy of the model, only one chunk at a time.
 
 Types the device keeps (F32, F16, BF16, Q8_0, Q4_0, Q4_1) are uploaded as they are. Others are
-converted chunk by chunk in C (backend.convert -> clm_convert): Q4_K onto Q4_1 blocks, the rest to Q8_0. The
+converted chunk by chunk in C (backend.convert -> clm_convert): Q4_K onto Q4_1 blocks, the
+rest to Q8_0. The
 `convert` argument instead converts every weight matrix (2-D or more) to the given type;
 1-D tensors (norms, biases) always stay as they are.
 """

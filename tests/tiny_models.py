@@ -19,7 +19,8 @@ import pathlib
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT, GGUFValueType, GGUFWriter, quants
 
-VOCAB_DIR = pathlib.Path(os.environ.get("CANN_LLM_SHARED", "/work/shared")) / "reference" / "tokenizer"
+VOCAB_DIR = (pathlib.Path(os.environ.get("CANN_LLM_SHARED", "/work/shared"))
+             / "reference" / "tokenizer")
 
 __all__ = ["write_tiny_model", "random_blocks", "vocab_path", "VOCAB_DIR"]
 
