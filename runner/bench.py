@@ -85,6 +85,57 @@ def bench_ours(model, n_prompt=512, n_gen=128, reps=5, seed=0, warmup=True, log=
     return results
 
 
+def host_time_per_token(model, n_gen=32, seed=1):
+    """Where a decode token's time goes: {"total_ms", "backend_ms", "host_ms", "sampler_ms"} per
+    token over a greedy run of n_gen tokens. backend_ms is the time inside the backend's calls
+    (graph_compute, synchronize, tensor set/get/copy: the device's work, or waiting for it);
+    host_ms the rest: Python (inputs, scheduling, sampling) on the host thread. Measured with
+    wrapped methods on a separate run, so the tokens/s figures are not affected."""
+    import random
+
+    from . import backend as be
+    from . import sampler as sampler_mod
+    acc = {"backend": 0.0, "sampler": 0.0}
+    saved = []
+
+    def wrap(cls, name, key):
+        fn = getattr(cls, name, None)
+        if fn is None:
+            return
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[key] += time.perf_counter() - t0
+        saved.append((cls, name, fn))
+        setattr(cls, name, timed)
+
+    for name in ("graph_compute", "synchronize", "set_tensor_async", "get_tensor_async",
+                 "cpy_tensor_async"):
+        wrap(be.Backend, name, "backend")
+    wrap(sampler_mod.Sampler, "sample", "sampler")
+    rng = random.Random(seed)
+    eog = set(getattr(model.tokenizer, "eog_ids", ()) or ())
+    greedy = dict(temperature=0.0, logit_bias={t: float("-inf") for t in eog})
+    try:
+        count, t_first = 0, None
+        for _ in model.generate(_random_ids(rng, model.hparams.n_vocab, 1, eog),
+                                max_tokens=n_gen + 1, **greedy):
+            count += 1
+            if t_first is None:
+                t_first = time.perf_counter()
+                acc["backend"] = acc["sampler"] = 0.0
+        total = time.perf_counter() - t_first
+    finally:
+        for cls, name, fn in saved:
+            setattr(cls, name, fn)
+    n = max(count - 1, 1)
+    return {"total_ms": 1e3 * total / n, "backend_ms": 1e3 * acc["backend"] / n,
+            "host_ms": 1e3 * (total - acc["backend"]) / n, "sampler_ms": 1e3 * acc["sampler"] / n}
+
+
 # -- llama.cpp ----------------------------------------------------------------------------------
 
 def _llamacpp_worker(cfg: dict) -> dict:
@@ -274,6 +325,7 @@ def cmd_bench(args) -> int:
     try:
         ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
         load_ms = model.timings().get("load_ms")
+        host = host_time_per_token(model, min(args.n_gen, 32)) if args.n_gen else None
     finally:
         if hasattr(model, "close"):
             model.close()
@@ -312,6 +364,10 @@ def cmd_bench(args) -> int:
             line += (f", llama.cpp {t:.2f} t/s ({1e3 / t if t else 0:.2f} ms/token), "
                      f"ratio {m / t if t else 0:.2f}x")
         print(line)
+    if host:
+        print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = backend calls "
+              f"{host['backend_ms']:.2f} ms + host (Python) {host['host_ms']:.2f} ms, of which "
+              f"sampling {host['sampler_ms']:.3f} ms")
     return 0
 
 

@@ -24,7 +24,19 @@ class RunError(ValueError):
 
 # -- arguments shared by run and bench --------------------------------------------------------
 
+def one_line_errors(p: argparse.ArgumentParser) -> None:
+    """argparse's own errors (`-n abc`) as one line and exit status 1, like every other failure
+    of the subcommand, instead of the usage text and status 2."""
+    name = p.prog.split()[-1]
+
+    def error(message):
+        sys.stderr.write(f"cann-llm: {name}: {message} (see cann-llm {name} --help)\n")
+        sys.exit(1)
+    p.error = error
+
+
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    one_line_errors(p)
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N",
                    help="context size in tokens (0: the model's training context; default 4096)")
     p.add_argument("-t", "--threads", type=int, default=None, metavar="N",
