@@ -191,3 +191,44 @@ def test_capture_with_pool_temporaries(clm, device):
     assert captured == eager
     if stats["pool_kind"] == "vmm":
         assert (stats["graph_captures"], stats["graph_replays"]) == (1, 2)
+
+
+class Rope:
+    """x [64, 4, n_tokens] F32 rotated at positions pos [n_tokens] (ROPE's sin/cos table is an op
+    constant cache sized by the token count)."""
+
+    def __init__(self, clm, device, n_tokens: int):
+        self.ctx = clm.Context(16)
+        self.x = self.ctx.new_tensor(clm.TensorType.F32, [64, 4, n_tokens], name="x")
+        self.pos = self.ctx.new_tensor(clm.TensorType.I32, [n_tokens], name="pos")
+        self.out = self.ctx.rope_ext(self.x, self.pos, None, 64)
+        self.graph = self.ctx.new_graph().build_forward(self.out)
+        self.buffer = self.ctx.alloc_tensors(device.buffer_type)
+        self.n_tokens = n_tokens
+
+    def run(self, backend, seed: int) -> bytes:
+        rng = np.random.default_rng(seed)
+        self.x.set(rng.standard_normal((self.n_tokens, 4, 64)).astype(np.float32))
+        self.pos.set(rng.integers(0, 4096, self.n_tokens).astype(np.int32))
+        backend.graph_compute(self.graph)
+        backend.synchronize()
+        return self.out.get().tobytes()
+
+    def close(self):
+        self.buffer.close()
+        self.ctx.close()
+
+
+def test_replay_after_an_op_cache_grows(clm, device):
+    """A bigger graph regrows ROPE's table; graphs captured against the old table must not replay
+    into freed memory (the acl_host sanitizer would report a use after free)."""
+    small, big = Rope(clm, device, 4), Rope(clm, device, 512)
+    try:
+        with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as graph:
+            want = [small.run(eager, 1), big.run(eager, 2), small.run(eager, 3)]
+            got = [small.run(graph, 1), big.run(graph, 2), small.run(graph, 3)]
+            assert got == want
+            assert graph.stats()["graph_captures"] >= 2
+    finally:
+        small.close()
+        big.close()

@@ -181,6 +181,9 @@ int cann_buffer_device(const clm_buffer *buffer);
 /* Reads GGML_CANN_ACL_GRAPH / GGML_CANN_GRAPH_CACHE_CAPACITY; leaves ctx->graphs NULL when off. */
 clm_status cann_graph_cache_init(cann_backend_ctx *ctx);
 void cann_graph_cache_free(cann_backend_ctx *ctx);   /* stream idle */
+/* Drops every captured graph (stream idle): call it before releasing device memory that a
+ * captured graph may address outside the pool (op constant caches). */
+void cann_graph_cache_invalidate(cann_backend_ctx *ctx);
 int32_t cann_graph_cache_size(const cann_backend_ctx *ctx);
 /* Runs graph through the cache: replay on a hit; on a miss, run_eager then capture. */
 clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,

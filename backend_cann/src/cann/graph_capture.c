@@ -100,6 +100,12 @@ void cann_graph_cache_free(cann_backend_ctx *ctx) {
     ctx->graphs = NULL;
 }
 
+void cann_graph_cache_invalidate(cann_backend_ctx *ctx) {
+    struct cann_graph_cache *c = ctx->graphs;
+    if (c == NULL) return;
+    for (int i = 0; i < c->n; i++) entry_clear(&c->entries[i]);
+}
+
 int32_t cann_graph_cache_size(const cann_backend_ctx *ctx) {
     const struct cann_graph_cache *c = ctx->graphs;
     int32_t n = 0;

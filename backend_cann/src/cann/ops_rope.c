@@ -66,7 +66,9 @@ static clm_status nn_cache(cann_backend_ctx *ctx, struct cann_nn_cache **out) {
 }
 
 
-static void free_tables(struct cann_nn_cache *c) {
+/* The stream is idle. Captured graphs may address these tables: drop them first. */
+static void free_tables(cann_backend_ctx *ctx, struct cann_nn_cache *c) {
+    cann_graph_cache_invalidate(ctx);
     for (int i = 0; i < c->n_tables; i++) {
         aclrtFree(c->tables[i].dev);
         free(c->tables[i].host);
@@ -79,7 +81,7 @@ void cann_nn_cache_free(cann_backend_ctx *ctx) {
     if (c == NULL) return;
     aclrtSynchronizeStream(ctx->stream);
     if (c->ones != NULL) aclrtFree(c->ones);
-    free_tables(c);
+    free_tables(ctx, c);
     for (int i = 0; i < NN_MAX_ROPE; i++) {
         if (c->rope[i].dev != NULL) aclrtFree(c->rope[i].dev);
     }
@@ -88,10 +90,12 @@ void cann_nn_cache_free(cann_backend_ctx *ctx) {
     ctx->nn = NULL;
 }
 
-/* Device memory for a cache (queued work may still read what it replaces: drain first). */
+/* Device memory for a cache (queued work may still read what it replaces: drain first; captured
+ * graphs may address it: drop them). */
 static clm_status replace_buffer(cann_backend_ctx *ctx, void **ptr, size_t size) {
     if (*ptr != NULL) {
         CANN_ACL(aclrtSynchronizeStream(ctx->stream));
+        cann_graph_cache_invalidate(ctx);
         CANN_ACL(aclrtFree(*ptr));
         *ptr = NULL;
     }
@@ -136,7 +140,7 @@ clm_status cann_nn_table(cann_backend_ctx *ctx, const float *values, int64_t n, 
     }
     if (c->n_tables == NN_MAX_TABLES) {
         CANN_ACL(aclrtSynchronizeStream(ctx->stream));
-        free_tables(c);
+        free_tables(ctx, c);
     }
     nn_table *t = &c->tables[c->n_tables];
     *t = (nn_table){.n = n, .host = malloc(bytes > 0 ? bytes : 1)};
