@@ -258,6 +258,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--digest") == 0) {
         float *r = malloc(N * 4), *s = malloc(N * 4);
         printf("%llx\n", (unsigned long long)batch_row0(64, r, s));
+        fflush(stdout); /* before any exit-time sanitizer report */
+        free(r), free(s);
         return 0;
     }
     test_rms_norm_and_softmax_values();
