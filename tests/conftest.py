@@ -14,6 +14,21 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def _find_shared() -> pathlib.Path:
+    """The project's shared material: $CANN_LLM_SHARED, else shared/ beside the checkout (as CI
+    places it) or in a parent directory."""
+    if os.environ.get("CANN_LLM_SHARED"):
+        return pathlib.Path(os.environ["CANN_LLM_SHARED"])
+    for parent in REPO_ROOT.parents:
+        if (parent / "shared" / "reference").is_dir():
+            return parent / "shared"
+    return REPO_ROOT.parent / "shared"
+
+
+SHARED = _find_shared()
+REFERENCE = SHARED / "reference"
+
+
 @pytest.fixture(scope="session")
 def clm():
     from cann_llm import backend
@@ -25,6 +40,14 @@ def device(clm):
     devices = clm.Registry().devices
     assert devices, "the CANN registry lists no device"
     return devices[0]
+
+
+@pytest.fixture(scope="session")
+def default_model_path():
+    """The default model's .gguf, fetched on first use (a test that needs it fails when it cannot
+    be had: it never skips)."""
+    from cann_llm.models import default_model_path as find
+    return find(download=True)
 
 
 @pytest.fixture

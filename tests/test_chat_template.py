@@ -12,8 +12,7 @@ from cann_llm.gguf_vocab import read_metadata
 from cann_llm.tokenizer import Tokenizer
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = next((p / "shared" for p in (REPO_ROOT, *REPO_ROOT.parents) if (p / "shared").is_dir()),
-              REPO_ROOT.parent / "shared")
+from conftest import SHARED  # noqa: E402
 SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 

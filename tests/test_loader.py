@@ -17,12 +17,8 @@ def loader():
 
 
 @pytest.fixture(scope="module")
-def default_path():
-    from cann_llm import models
-    try:
-        return models.default_model_path(download=False)
-    except (FileNotFoundError, models.ModelDownloadError) as exc:
-        pytest.skip(f"default model not available: {exc}")
+def default_path(default_model_path):
+    return default_model_path
 
 
 def test_default_model(loader, default_path):

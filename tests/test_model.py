@@ -13,19 +13,15 @@ from cann_llm import ContextFullError
 from cann_llm.backend import Op
 from cann_llm.model import Batch, Model
 
-from conftest import run_python
+from conftest import REFERENCE, run_python
 from tiny_models import write_tiny_model
 
-GOLDEN = pathlib.Path("/work/shared/reference/golden_smollm2-q4_1.json")
+GOLDEN = REFERENCE / "golden_smollm2-q4_1.json"
 
 
 @pytest.fixture(scope="module")
-def default_path():
-    from cann_llm.models import default_model_path
-    try:
-        return str(default_model_path(download=False))
-    except Exception as exc:
-        pytest.skip(f"default model not available: {exc}")
+def default_path(default_model_path):
+    return str(default_model_path)
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,7 @@ from cann_llm.pretokenize import UnknownPreTokenizer, bytes_to_unicode, pre_toke
 from cann_llm.tokenizer import TokenAttr, Tokenizer, TokenizerError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = next((p / "shared" for p in (REPO_ROOT, *REPO_ROOT.parents) if (p / "shared").is_dir()),
-              REPO_ROOT.parent / "shared")
+from conftest import SHARED  # noqa: E402
 VOCAB_DIR = SHARED / "reference" / "tokenizer"
 GOLDEN = SHARED / "reference" / "golden_smollm2-q4_1.json"
 VOCABS = ["llama-spm", "llama-bpe", "qwen2", "gpt-2"]

@@ -17,14 +17,9 @@ def _read_back(tensor) -> np.ndarray:
     return tensor.read_bytes()
 
 
-def test_default_model_round_trip(mods, device):
+def test_default_model_round_trip(mods, device, default_model_path):
     backend, loader, weights = mods
-    from cann_llm import models
-    try:
-        path = models.default_model_path(download=False)
-    except (FileNotFoundError, models.ModelDownloadError) as exc:
-        pytest.skip(f"default model not available: {exc}")
-    g = loader.open_gguf(path)
+    g = loader.open_gguf(default_model_path)
     logs = []
     buft = device.buffer_type
     with weights.load_weights(g, lambda name: buft, log=logs.append, chunk_bytes=1 << 20) as ws:

@@ -3,7 +3,7 @@
     path = write_tiny_model(tmp_path / "m.gguf", arch="qwen2", vocab="qwen2", weight_type=Q8_0)
 
 `vocab` is None (a synthetic 300-token SentencePiece-style vocabulary: fast), or the name of a
-real vocabulary in /work/shared/reference/tokenizer ("llama-spm", "llama-bpe", "qwen2", "gpt-2"),
+real vocabulary in shared/reference/tokenizer ("llama-spm", "llama-bpe", "qwen2", "gpt-2"),
 whose tokenizer.* keys are copied (n_vocab then follows the vocabulary: large embeddings).
 Weights are random normal * 0.02 (norms near 1), quantized with gguf.quants for the kept types;
 K-quant types (Q4_K, Q6_K, ...) get random blocks with sane fp16 scales (random_blocks).
@@ -13,14 +13,14 @@ Hooks for bad-input tests: `drop` (tensor names to leave out), `shapes` (name ->
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT, GGUFValueType, GGUFWriter, quants
 
-VOCAB_DIR = (pathlib.Path(os.environ.get("CANN_LLM_SHARED", "/work/shared"))
-             / "reference" / "tokenizer")
+from conftest import REFERENCE
+
+VOCAB_DIR = REFERENCE / "tokenizer"
 
 __all__ = ["write_tiny_model", "random_blocks", "vocab_path", "VOCAB_DIR"]
 
