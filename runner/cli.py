@@ -1,8 +1,8 @@
 """The `cann-llm` command: entry point of the package for people and scripts.
 
-Subcommands dispatch to the rest of cann_llm; today `devices` lists what the CANN registry sees.
-Failures print one line to stderr and exit 1, never a traceback. Later: run, pull, info, test-ops,
-diff, bench.
+Subcommands dispatch to the rest of cann_llm: `devices` lists what the CANN registry sees, `run`
+and `bench` live in run_cli.py and bench.py, `test-ops` in tools/. Failures print one line to
+stderr and exit 1, never a traceback.
 """
 
 import argparse

@@ -215,7 +215,9 @@ class _Stream:
             self.open_line = False
 
 
-def _stream_chat(model, messages, max_tokens, sampling) -> str:
+def _stream_chat(model, messages, max_tokens, sampling, interactive=False) -> str:
+    """Stream the answer to `messages`; returns its text. Ctrl-C stops the answer (the chat
+    goes on; a one-shot run ends with status 130)."""
     from .model import ContextFullError
     out = _Stream()
     try:
@@ -228,7 +230,9 @@ def _stream_chat(model, messages, max_tokens, sampling) -> str:
         _err(f"cann-llm: stopped: {e}")
     except KeyboardInterrupt:
         out.end()
-        _err("cann-llm: interrupted")
+        if not interactive:
+            raise
+        _err("cann-llm: answer interrupted")
         return "".join(out.text)
     out.end()
     return "".join(out.text)
@@ -290,7 +294,8 @@ def _interactive(model, args, sampling, first_prompt) -> None:
             continue
         messages.append({"role": "user", "content": line})
         try:
-            reply = _stream_chat(model, messages, _max_tokens(args, model), sampling)
+            reply = _stream_chat(model, messages, _max_tokens(args, model), sampling,
+                                 interactive=True)
         except ValueError as e:     # the conversation no longer fits: say so and go on
             messages.pop()
             _err(f"cann-llm: {e} (/clear to start over)")

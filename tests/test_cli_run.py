@@ -171,6 +171,21 @@ def test_interactive_ctrl_d_and_context_full(fake, capsys, monkeypatch):
     assert "context holds 64" in err and out.count("Paris is it.") == 1
 
 
+def test_ctrl_c_stops_an_answer(fake, capsys, monkeypatch):
+    import io
+
+    def interrupted(messages, max_tokens=128, **kw):
+        yield "Par"
+        raise KeyboardInterrupt
+    monkeypatch.setattr(fake, "chat", interrupted)
+    assert cli.main(["run", "-p", "hi"]) == 130            # one-shot: the run ends
+    assert capsys.readouterr().out == "Par\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\n"))
+    assert cli.main(["run", "-i"]) == 0                     # chat: the next turn goes on
+    out, err = capsys.readouterr()
+    assert out == "Par\nPar\n" and err.count("answer interrupted") == 2
+
+
 def test_prompt_too_long_is_one_line(fake, capsys):
     assert cli.main(["run", "-p", "y" * 300]) == 1
     err = capsys.readouterr().err
