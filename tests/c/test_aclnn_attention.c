@@ -16,45 +16,16 @@
 #include "acl/acl.h"
 #include "cann/aclnn_api.h"
 #include "ctest_util.h"
+#include "aclnn_util.h"
 
 static aclrtStream stream;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
-static void *dev_alloc(size_t bytes) {
-    void *p = NULL;
-    CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
-    return p;
-}
 
-static void *dev_from(const void *host, size_t bytes) {
-    void *p = dev_alloc(bytes);
-    CHECK(aclrtMemcpy(p, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
-    return p;
-}
 
-static void to_host(void *host, const void *dev, size_t bytes) {
-    CHECK(aclrtMemcpy(host, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
-}
 
 /* strides NULL = contiguous; 1-D storage covering the view */
-static aclTensor *tensor(const int64_t *dims, int nd, aclDataType dt, const int64_t *strides,
-                         int64_t offset, void *data) {
-    int64_t contiguous[8], extent = offset + 1;
-    if (!strides) {
-        int64_t step = 1;
-        for (int i = nd - 1; i >= 0; i--) {
-            contiguous[i] = step;
-            step *= dims[i];
-        }
-        strides = contiguous;
-    }
-    for (int i = 0; i < nd; i++)
-        extent += (dims[i] - 1) * strides[i];
-    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, offset, ACL_FORMAT_ND, &extent, 1, data);
-}
 
-static uint16_t f16(float f) { return aclFloatToFloat16(f); }
-static float from_f16(uint16_t h) { return aclFloat16ToFloat(h); }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float urand(void) { /* [-1, 1) */
@@ -229,15 +200,15 @@ static aclnnStatus fa_run(const fa_case *c, const fa_data *d, int64_t Sq_data, i
     int64_t dims[4], strides[4];
     int nd = layout_dims(layout, B, Sq, N, D, Sq, D, dims, strides);
     fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = scale, .layout = layout, .inner = Sq == 1 ? 0 : 2};
-    a.q = tensor(dims, nd, ACL_FLOAT16, strides, 0, qd);
-    a.out = tensor(dims, nd, ACL_FLOAT16, strides, 0, od);
+    a.q = acl_view(dims, nd, ACL_FLOAT16, strides, 0, qd);
+    a.out = acl_view(dims, nd, ACL_FLOAT16, strides, 0, od);
     nd = layout_dims(layout, B, Skv, KVN, D, S_store, D_store, dims, strides);
     int64_t off = row_off * (strcmp(layout, "BNSD") == 0 ? D_store : KVN * D_store);
     if (c->strided_kv && strcmp(layout, "BSH") == 0) { /* BSH needs contiguous hidden: no D padding */
         CHECK(!"strided BSH case is not meaningful");
     }
-    a.k = tensor(dims, nd, ACL_FLOAT16, strides, off, kd);
-    a.v = tensor(dims, nd, ACL_FLOAT16, strides, off, vd);
+    a.k = acl_view(dims, nd, ACL_FLOAT16, strides, off, kd);
+    a.v = acl_view(dims, nd, ACL_FLOAT16, strides, off, vd);
     /* pse (1, N, Sq, Skv) with a stride-0 head dim over rows padded to Skv + 3; mask (1, Sq, Skv) */
     void *pd = NULL;
     int64_t pad = Skv + 3;
@@ -248,7 +219,7 @@ static aclnnStatus fa_run(const fa_case *c, const fa_data *d, int64_t Sq_data, i
         pd = dev_from(ph, (size_t)(Sq_data * pad) * 2);
         free(ph);
         int64_t pdims[4] = {1, N, Sq, Skv}, pst[4] = {0, 0, pad, 1};
-        a.pse = tensor(pdims, 4, ACL_FLOAT16, pst, row0 * pad, pd);
+        a.pse = acl_view(pdims, 4, ACL_FLOAT16, pst, row0 * pad, pd);
     } else if (c->mask_kind == 2) {
         unsigned char *mh = malloc((size_t)(Sq_data * pad));
         for (int64_t i = 0; i < Sq_data; i++)
@@ -256,11 +227,11 @@ static aclnnStatus fa_run(const fa_case *c, const fa_data *d, int64_t Sq_data, i
         pd = dev_from(mh, (size_t)(Sq_data * pad));
         free(mh);
         int64_t mdims[3] = {1, Sq, Skv}, mst[3] = {0, pad, 1};
-        a.mask = tensor(mdims, 3, ACL_BOOL, mst, row0 * pad, pd);
+        a.mask = acl_view(mdims, 3, ACL_BOOL, mst, row0 * pad, pd);
     }
     if (want_lse) {
         int64_t ldims[4] = {B, N, Sq, 1};
-        a.lse = tensor(ldims, 4, ACL_FLOAT, NULL, 0, lsed);
+        a.lse = acl_view(ldims, 4, ACL_FLOAT, NULL, 0, lsed);
         a.lse_flag = true;
     }
     aclnnStatus st = fia(&a);
@@ -426,9 +397,9 @@ static aclnnStatus try_phase1(aclDataType qt, int64_t N, int64_t KVN, int64_t D,
                               int64_t sparse, int list_size, bool quant) {
     void *buf = dev_alloc(1 << 16);
     int64_t qd[4] = {1, 2, N, D}, kd[4] = {1, 8, KVN, D};
-    aclTensor *q = tensor(qd, 4, qt, NULL, 0, buf), *out = tensor(qd, 4, qt, NULL, 0, buf);
-    aclTensor *k[2] = {tensor(kd, 4, ACL_FLOAT16, NULL, 0, buf), tensor(kd, 4, ACL_FLOAT16, NULL, 0, buf)};
-    aclTensor *v = tensor(kd, 4, ACL_FLOAT16, NULL, 0, buf);
+    aclTensor *q = acl_view(qd, 4, qt, NULL, 0, buf), *out = acl_view(qd, 4, qt, NULL, 0, buf);
+    aclTensor *k[2] = {acl_view(kd, 4, ACL_FLOAT16, NULL, 0, buf), acl_view(kd, 4, ACL_FLOAT16, NULL, 0, buf)};
+    aclTensor *v = acl_view(kd, 4, ACL_FLOAT16, NULL, 0, buf);
     aclTensorList *kl = aclCreateTensorList((const aclTensor *const *)k, (uint64_t)list_size);
     aclTensorList *vl = list1(v);
     char lay[16];
@@ -487,9 +458,9 @@ static void bench_one(int64_t N, int64_t KVN, int64_t Sq, int64_t Skv, int64_t D
     for (int r = 0; r < reps; r++) {
         int64_t qdims[4] = {1, Sq, N, D}, kdims[4] = {1, Skv, KVN, D}, pdims[4] = {1, N, Sq, Skv}, pst[4] = {0, 0, Skv, 1};
         fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = 0.1, .layout = "BSND", .inner = Sq == 1 ? 0 : 2};
-        a.q = tensor(qdims, 4, ACL_FLOAT16, NULL, 0, qd), a.out = tensor(qdims, 4, ACL_FLOAT16, NULL, 0, od);
-        a.k = tensor(kdims, 4, ACL_FLOAT16, NULL, 0, kd), a.v = tensor(kdims, 4, ACL_FLOAT16, NULL, 0, vd);
-        a.pse = tensor(pdims, 4, ACL_FLOAT16, pst, 0, pd);
+        a.q = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, qd), a.out = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, od);
+        a.k = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, kd), a.v = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, vd);
+        a.pse = acl_view(pdims, 4, ACL_FLOAT16, pst, 0, pd);
         double t0 = now();
         CHECK(fia(&a) == ACLNN_SUCCESS);
         double t = now() - t0;

@@ -12,45 +12,16 @@
 #include "acl/acl.h"
 #include "cann/aclnn_api.h"
 #include "ctest_util.h"
+#include "aclnn_util.h"
 
 static aclrtStream stream;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
-static void *dev_alloc(size_t bytes) {
-    void *p = NULL;
-    CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
-    return p;
-}
 
-static void *dev_from(const void *host, size_t bytes) {
-    void *p = dev_alloc(bytes);
-    CHECK(aclrtMemcpy(p, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
-    return p;
-}
 
-static void to_host(void *host, const void *dev, size_t bytes) {
-    CHECK(aclrtMemcpy(host, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
-}
 
 /* strides NULL = contiguous; storage is 1-D with the view's extent, as llama.cpp passes it */
-static aclTensor *tensor(const int64_t *dims, int nd, aclDataType dt, const int64_t *strides,
-                         int64_t offset, void *data) {
-    int64_t contiguous[16], extent = offset + 1;
-    if (!strides) {
-        int64_t step = 1;
-        for (int i = nd - 1; i >= 0; i--) {
-            contiguous[i] = step;
-            step *= dims[i];
-        }
-        strides = contiguous;
-    }
-    for (int i = 0; i < nd; i++)
-        extent += (dims[i] - 1) * strides[i];
-    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, offset, ACL_FORMAT_ND, &extent, 1, data);
-}
 
-static uint16_t f16(float f) { return aclFloatToFloat16(f); }
-static float from_f16(uint16_t h) { return aclFloat16ToFloat(h); }
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint16_t bf16(float f) { /* reference RNE */
@@ -81,8 +52,8 @@ static void test_add_broadcast_alpha(void) {
     for (int i = 0; i < 4; i++) b[i] = (float)i * 1.25f + 0.1f;
     void *da = dev_from(a, sizeof a), *db = dev_from(b, sizeof b), *dout = dev_alloc(sizeof out);
     int64_t d34[] = {3, 4}, d4[] = {4};
-    aclTensor *ta = tensor(d34, 2, ACL_FLOAT, NULL, 0, da), *tb = tensor(d4, 1, ACL_FLOAT, NULL, 0, db);
-    aclTensor *to = tensor(d34, 2, ACL_FLOAT, NULL, 0, dout);
+    aclTensor *ta = acl_view(d34, 2, ACL_FLOAT, NULL, 0, da), *tb = acl_view(d4, 1, ACL_FLOAT, NULL, 0, db);
+    aclTensor *to = acl_view(d34, 2, ACL_FLOAT, NULL, 0, dout);
     float two = 2.0f;
     aclScalar *alpha = aclCreateScalar(&two, ACL_FLOAT);
     uint64_t ws = 1;
@@ -95,7 +66,7 @@ static void test_add_broadcast_alpha(void) {
     }
     /* Mul with the same broadcast, into out == self (in place through out) */
     ex = NULL;
-    aclTensor *ta_out = tensor(d34, 2, ACL_FLOAT, NULL, 0, da);
+    aclTensor *ta_out = acl_view(d34, 2, ACL_FLOAT, NULL, 0, da);
     CHECK(launch(aclnnMulGetWorkspaceSize(ta, tb, ta_out, &ws, &ex), aclnnMul, &ws, &ex) == 0);
     to_host(out, da, sizeof out);
     for (int i = 0; i < 12; i++)
@@ -122,8 +93,8 @@ static void check_mixed(aclDataType sa, aclDataType sb, aclDataType so, double t
     size_t ea = aclDataTypeSize(sa), eb = aclDataTypeSize(sb), eo = aclDataTypeSize(so);
     void *da = dev_from(ha, N * ea), *db = dev_from(hb, N * eb), *dout = dev_alloc(N * eo);
     int64_t dims[] = {10, 100};
-    aclTensor *ta = tensor(dims, 2, sa, NULL, 0, da), *tb = tensor(dims, 2, sb, NULL, 0, db);
-    aclTensor *to = tensor(dims, 2, so, NULL, 0, dout);
+    aclTensor *ta = acl_view(dims, 2, sa, NULL, 0, da), *tb = acl_view(dims, 2, sb, NULL, 0, db);
+    aclTensor *to = acl_view(dims, 2, so, NULL, 0, dout);
     double half = 0.5;
     aclScalar *alpha = aclCreateScalar(&half, ACL_DOUBLE);
     uint64_t ws;
@@ -156,8 +127,8 @@ static void test_mixed_dtypes(void) {
     uint16_t a[3] = {f16(1.0f), f16(2048.0f), f16(0.1f)}, b[3] = {f16(0x1p-11f), f16(1.0f), f16(0.2f)}, o[3];
     void *da = dev_from(a, sizeof a), *db = dev_from(b, sizeof b), *dout = dev_alloc(sizeof o);
     int64_t d3[] = {3};
-    aclTensor *ta = tensor(d3, 1, ACL_FLOAT16, NULL, 0, da), *tb = tensor(d3, 1, ACL_FLOAT16, NULL, 0, db);
-    aclTensor *to = tensor(d3, 1, ACL_FLOAT16, NULL, 0, dout);
+    aclTensor *ta = acl_view(d3, 1, ACL_FLOAT16, NULL, 0, da), *tb = acl_view(d3, 1, ACL_FLOAT16, NULL, 0, db);
+    aclTensor *to = acl_view(d3, 1, ACL_FLOAT16, NULL, 0, dout);
     int64_t one = 1;
     aclScalar *alpha = aclCreateScalar(&one, ACL_INT64);
     uint64_t ws;
@@ -179,8 +150,8 @@ static void test_strided_views(void) {
     for (int i = 0; i < 4; i++) row[i] = 100.0f * (float)(i + 1);
     void *ds = dev_from(store, sizeof store), *dr = dev_from(row, sizeof row), *dout = dev_alloc(sizeof out);
     int64_t d34[] = {3, 4}, st_t[] = {1, 3}, st_b[] = {0, 1};
-    aclTensor *ta = tensor(d34, 2, ACL_FLOAT, st_t, 0, ds), *tb = tensor(d34, 2, ACL_FLOAT, st_b, 0, dr);
-    aclTensor *to = tensor(d34, 2, ACL_FLOAT, NULL, 0, dout);
+    aclTensor *ta = acl_view(d34, 2, ACL_FLOAT, st_t, 0, ds), *tb = acl_view(d34, 2, ACL_FLOAT, st_b, 0, dr);
+    aclTensor *to = acl_view(d34, 2, ACL_FLOAT, NULL, 0, dout);
     float one = 1.0f;
     aclScalar *alpha = aclCreateScalar(&one, ACL_FLOAT);
     uint64_t ws;
@@ -193,7 +164,7 @@ static void test_strided_views(void) {
     /* output transposed, with an element offset: out[j*3+i+1] (view [3,4] strides (1,3)) */
     float big[13] = {0};
     void *dbig = dev_from(big, sizeof big);
-    aclTensor *tot = tensor(d34, 2, ACL_FLOAT, st_t, 1, dbig);
+    aclTensor *tot = acl_view(d34, 2, ACL_FLOAT, st_t, 1, dbig);
     CHECK(launch(aclnnMulGetWorkspaceSize(tb, ta, tot, &ws, &ex), aclnnMul, &ws, &ex) == 0);
     to_host(big, dbig, sizeof big);
     CHECK(big[0] == 0.0f);
@@ -213,7 +184,7 @@ static void test_inplace_add_and_muls(void) {
     for (int i = 0; i < 40; i++) b[i] = (float)i * 0.3f;
     void *dsf = dev_from(s, sizeof s), *db = dev_from(b, sizeof b);
     int64_t d2[] = {2, 40}, d1[] = {40};
-    aclTensor *ts = tensor(d2, 2, ACL_FLOAT16, NULL, 0, dsf), *tb = tensor(d1, 1, ACL_FLOAT, NULL, 0, db);
+    aclTensor *ts = acl_view(d2, 2, ACL_FLOAT16, NULL, 0, dsf), *tb = acl_view(d1, 1, ACL_FLOAT, NULL, 0, db);
     int32_t three = 3;
     aclScalar *alpha = aclCreateScalar(&three, ACL_INT32);
     uint64_t ws;
@@ -225,13 +196,13 @@ static void test_inplace_add_and_muls(void) {
         CHECK(o16[i] == f16(from_f16(s[i]) + prod));
     }
     /* InplaceAdd whose broadcast shape is not selfRef's: [40] += [2,40] */
-    aclTensor *ts1 = tensor(d1, 1, ACL_FLOAT, NULL, 0, db), *tb2 = tensor(d2, 2, ACL_FLOAT16, NULL, 0, dsf);
+    aclTensor *ts1 = acl_view(d1, 1, ACL_FLOAT, NULL, 0, db), *tb2 = acl_view(d2, 2, ACL_FLOAT16, NULL, 0, dsf);
     CHECK(aclnnInplaceAddGetWorkspaceSize(ts1, tb2, alpha, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     /* Muls: F16 tensor * F32 scalar stays F16; F32 * DOUBLE scalar; INT32 * FLOAT scalar -> FLOAT */
     float k = 0.75f;
     aclScalar *sk = aclCreateScalar(&k, ACL_FLOAT);
     void *dm = dev_alloc(sizeof o16);
-    aclTensor *tm = tensor(d2, 2, ACL_FLOAT16, NULL, 0, dm);
+    aclTensor *tm = acl_view(d2, 2, ACL_FLOAT16, NULL, 0, dm);
     CHECK(launch(aclnnMulsGetWorkspaceSize(ts, sk, tm, &ws, &ex), aclnnMuls, &ws, &ex) == 0);
     uint16_t m16[80];
     to_host(m16, dm, sizeof m16);
@@ -241,7 +212,7 @@ static void test_inplace_add_and_muls(void) {
     float fo[6];
     void *di = dev_from(iv, sizeof iv), *dfo = dev_alloc(sizeof fo);
     int64_t d6[] = {6};
-    aclTensor *ti = tensor(d6, 1, ACL_INT32, NULL, 0, di), *tfo = tensor(d6, 1, ACL_FLOAT, NULL, 0, dfo);
+    aclTensor *ti = acl_view(d6, 1, ACL_INT32, NULL, 0, di), *tfo = acl_view(d6, 1, ACL_FLOAT, NULL, 0, dfo);
     CHECK(launch(aclnnMulsGetWorkspaceSize(ti, sk, tfo, &ws, &ex), aclnnMuls, &ws, &ex) == 0);
     to_host(fo, dfo, sizeof fo);
     for (int i = 0; i < 6; i++)
@@ -251,7 +222,7 @@ static void test_inplace_add_and_muls(void) {
     aclScalar *s10 = aclCreateScalar(&ten, ACL_INT64), *a2 = aclCreateScalar(&two, ACL_INT64);
     int32_t io[6];
     void *dio = dev_alloc(sizeof io);
-    aclTensor *tio = tensor(d6, 1, ACL_INT32, NULL, 0, dio);
+    aclTensor *tio = acl_view(d6, 1, ACL_INT32, NULL, 0, dio);
     CHECK(launch(aclnnAddsGetWorkspaceSize(ti, s10, a2, tio, &ws, &ex), aclnnAdds, &ws, &ex) == 0);
     to_host(io, dio, sizeof io);
     for (int i = 0; i < 6; i++)
@@ -260,7 +231,7 @@ static void test_inplace_add_and_muls(void) {
     CHECK(aclnnAddsGetWorkspaceSize(ti, s10, sk, tio, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     /* FLOAT -> BOOL out is not an allowed cast */
     void *dbool = dev_alloc(6);
-    aclTensor *tbool = tensor(d6, 1, ACL_BOOL, NULL, 0, dbool);
+    aclTensor *tbool = acl_view(d6, 1, ACL_BOOL, NULL, 0, dbool);
     CHECK(aclnnMulsGetWorkspaceSize(tfo, sk, tbool, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     /* INT8 + INT8 wraps, UINT8 + INT8 promotes to INT16 */
     int8_t i8[2] = {100, -100};
@@ -268,8 +239,8 @@ static void test_inplace_add_and_muls(void) {
     int16_t o16i[2];
     void *d8 = dev_from(i8, 2), *du8 = dev_from(u8, 2), *d8o = dev_alloc(2), *d16o = dev_alloc(4);
     int64_t d2n[] = {2};
-    aclTensor *t8 = tensor(d2n, 1, ACL_INT8, NULL, 0, d8), *tu8 = tensor(d2n, 1, ACL_UINT8, NULL, 0, du8);
-    aclTensor *t8o = tensor(d2n, 1, ACL_INT8, NULL, 0, d8o), *t16o = tensor(d2n, 1, ACL_INT16, NULL, 0, d16o);
+    aclTensor *t8 = acl_view(d2n, 1, ACL_INT8, NULL, 0, d8), *tu8 = acl_view(d2n, 1, ACL_UINT8, NULL, 0, du8);
+    aclTensor *t8o = acl_view(d2n, 1, ACL_INT8, NULL, 0, d8o), *t16o = acl_view(d2n, 1, ACL_INT16, NULL, 0, d16o);
     int64_t one = 1;
     aclScalar *a1 = aclCreateScalar(&one, ACL_INT64);
     CHECK(launch(aclnnAddGetWorkspaceSize(t8, t8, a1, t8o, &ws, &ex), aclnnAdd, &ws, &ex) == 0);
@@ -294,7 +265,7 @@ static void cast(const void *src, aclDataType st, void *dst, aclDataType dt, int
     size_t es = aclDataTypeSize(st), ed = aclDataTypeSize(dt);
     void *ds = dev_from(src, (size_t)n * es), *dd = dev_alloc((size_t)n * ed);
     int64_t dims[] = {n};
-    aclTensor *ts = tensor(dims, 1, st, NULL, 0, ds), *td = tensor(dims, 1, dt, NULL, 0, dd);
+    aclTensor *ts = acl_view(dims, 1, st, NULL, 0, ds), *td = acl_view(dims, 1, dt, NULL, 0, dd);
     uint64_t ws;
     aclOpExecutor *ex;
     CHECK(launch(aclnnCastGetWorkspaceSize(ts, dt, td, &ws, &ex), aclnnCast, &ws, &ex) == 0);
@@ -371,7 +342,7 @@ static void test_cast_rounding(void) {
     CHECK(io[0] == 0 && io[1] == -3 && io[2] == 3 && io[3] == INT32_MAX && io[4] == INT32_MIN && io[5] == 0);
     /* Cast with dtype != out's dtype is invalid */
     int64_t dims[] = {6};
-    aclTensor *ta = tensor(dims, 1, ACL_FLOAT, NULL, 0, NULL), *tb = tensor(dims, 1, ACL_INT32, NULL, 0, NULL);
+    aclTensor *ta = acl_view(dims, 1, ACL_FLOAT, NULL, 0, NULL), *tb = acl_view(dims, 1, ACL_INT32, NULL, 0, NULL);
     uint64_t ws;
     aclOpExecutor *ex;
     CHECK(aclnnCastGetWorkspaceSize(ta, ACL_FLOAT16, tb, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
@@ -387,7 +358,7 @@ static void test_inplace_copy(void) {
     float src[4] = {1.5f, -2.25f, 1.0f + 0x1p-11f, 65504.0f};
     void *dbuf = dev_from(buf, sizeof buf), *dsrc = dev_from(src, sizeof src);
     int64_t d34[] = {3, 4}, st[] = {8, 2}, d4[] = {4};
-    aclTensor *tdst = tensor(d34, 2, ACL_FLOAT16, st, 1, dbuf), *tsrc = tensor(d4, 1, ACL_FLOAT, NULL, 0, dsrc);
+    aclTensor *tdst = acl_view(d34, 2, ACL_FLOAT16, st, 1, dbuf), *tsrc = acl_view(d4, 1, ACL_FLOAT, NULL, 0, dsrc);
     uint64_t ws;
     aclOpExecutor *ex;
     CHECK(launch(aclnnInplaceCopyGetWorkspaceSize(tdst, tsrc, &ws, &ex), aclnnInplaceCopy, &ws, &ex) == 0);
@@ -407,7 +378,7 @@ static void test_inplace_copy(void) {
     for (int i = 0; i < 12; i++) m[i] = (float)i;
     void *dm = dev_from(m, sizeof m), *dt = dev_alloc(sizeof t);
     int64_t d43[] = {4, 3}, st_t[] = {1, 4};
-    aclTensor *tm_t = tensor(d43, 2, ACL_FLOAT, st_t, 0, dm), *tt = tensor(d43, 2, ACL_FLOAT, NULL, 0, dt);
+    aclTensor *tm_t = acl_view(d43, 2, ACL_FLOAT, st_t, 0, dm), *tt = acl_view(d43, 2, ACL_FLOAT, NULL, 0, dt);
     CHECK(launch(aclnnInplaceCopyGetWorkspaceSize(tt, tm_t, &ws, &ex), aclnnInplaceCopy, &ws, &ex) == 0);
     to_host(t, dt, sizeof t);
     for (int i = 0; i < 4; i++)
@@ -415,7 +386,7 @@ static void test_inplace_copy(void) {
             CHECK(t[i * 3 + j] == m[j * 4 + i]);
     /* incompatible shapes */
     int64_t d5[] = {5};
-    aclTensor *t5 = tensor(d5, 1, ACL_FLOAT, NULL, 0, dsrc);
+    aclTensor *t5 = acl_view(d5, 1, ACL_FLOAT, NULL, 0, dsrc);
     CHECK(aclnnInplaceCopyGetWorkspaceSize(tt, t5, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     aclDestroyTensor(tdst); aclDestroyTensor(tsrc); aclDestroyTensor(tm_t); aclDestroyTensor(tt);
     aclDestroyTensor(t5);
@@ -425,7 +396,7 @@ static void test_inplace_copy(void) {
 static void test_errors(void) {
     void *d = dev_alloc(64 * 4);
     int64_t d23[] = {2, 3}, d4[] = {4}, d64[] = {64}, d65[] = {65};
-    aclTensor *a = tensor(d23, 2, ACL_FLOAT, NULL, 0, d), *b = tensor(d4, 1, ACL_FLOAT, NULL, 0, d);
+    aclTensor *a = acl_view(d23, 2, ACL_FLOAT, NULL, 0, d), *b = acl_view(d4, 1, ACL_FLOAT, NULL, 0, d);
     float one = 1.0f;
     aclScalar *alpha = aclCreateScalar(&one, ACL_FLOAT);
     uint64_t ws;
@@ -444,19 +415,19 @@ static void test_errors(void) {
     CHECK(aclCreateScalar(NULL, ACL_FLOAT) == NULL);
     CHECK(aclDestroyTensor(NULL) == 0 && aclDestroyScalar(NULL) == 0 && aclDestroyTensorList(NULL) == 0);
     /* unsupported dtype and private format */
-    aclTensor *u16 = tensor(d4, 1, ACL_UINT16, NULL, 0, d);
+    aclTensor *u16 = acl_view(d4, 1, ACL_UINT16, NULL, 0, d);
     CHECK(aclnnMulGetWorkspaceSize(u16, u16, u16, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     int64_t ext = 4;
     aclTensor *nz = aclCreateTensor(d4, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_FRACTAL_NZ, &ext, 1, d);
     CHECK(aclnnMulGetWorkspaceSize(nz, nz, nz, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     /* rank 9 */
     int64_t d9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 2};
-    aclTensor *r9 = tensor(d9, 9, ACL_FLOAT, NULL, 0, d);
+    aclTensor *r9 = acl_view(d9, 9, ACL_FLOAT, NULL, 0, d);
     CHECK(r9 != NULL);
     CHECK(aclnnMulGetWorkspaceSize(r9, r9, r9, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     /* launch on a view running past its allocation: an error, not a crash */
-    aclTensor *in = tensor(d64, 1, ACL_FLOAT, NULL, 0, d), *past = tensor(d65, 1, ACL_FLOAT, NULL, 0, d);
-    aclTensor *in65 = tensor(d65, 1, ACL_FLOAT, NULL, 0, d);
+    aclTensor *in = acl_view(d64, 1, ACL_FLOAT, NULL, 0, d), *past = acl_view(d65, 1, ACL_FLOAT, NULL, 0, d);
+    aclTensor *in65 = acl_view(d65, 1, ACL_FLOAT, NULL, 0, d);
     ex = NULL;
     CHECK(aclnnAddGetWorkspaceSize(in65, in65, alpha, past, &ws, &ex) == 0);
     aclnnStatus st = aclnnAdd(NULL, 0, ex, stream);
@@ -482,8 +453,8 @@ static void test_repeatable_and_descriptors(void) {
     void *dx = dev_from(x, sizeof x), *dy = dev_from(y, sizeof y), *dz = dev_from(z, sizeof z);
     void *dout = dev_alloc(sizeof out);
     int64_t d8[] = {8};
-    aclTensor *tx = tensor(d8, 1, ACL_FLOAT, NULL, 0, dx), *ty = tensor(d8, 1, ACL_FLOAT, NULL, 0, dy);
-    aclTensor *to = tensor(d8, 1, ACL_FLOAT, NULL, 0, dout);
+    aclTensor *tx = acl_view(d8, 1, ACL_FLOAT, NULL, 0, dx), *ty = acl_view(d8, 1, ACL_FLOAT, NULL, 0, dy);
+    aclTensor *to = acl_view(d8, 1, ACL_FLOAT, NULL, 0, dout);
     float one = 1.0f;
     aclScalar *alpha = aclCreateScalar(&one, ACL_FLOAT);
     uint64_t ws;
@@ -522,7 +493,7 @@ static void test_repeatable_and_descriptors(void) {
     aclIntArray *ia = aclCreateIntArray(iv, 3);
     CHECK(aclGetIntArraySize(ia, &n) == 0 && n == 3);
     aclDestroyIntArray(ia);
-    const aclTensor *list_items[2] = {to, tensor(d8, 1, ACL_FLOAT, NULL, 0, dx)};
+    const aclTensor *list_items[2] = {to, acl_view(d8, 1, ACL_FLOAT, NULL, 0, dx)};
     aclTensorList *list = aclCreateTensorList(list_items, 2);
     CHECK(aclGetTensorListSize(list, &n) == 0 && n == 2);
     aclDestroyTensorList(list); /* destroys `to` and the second tensor */
@@ -545,8 +516,8 @@ static void bench(void) {
     aclrtMemcpy(a, bytes, h, bytes, ACL_MEMCPY_HOST_TO_DEVICE);
     aclrtMemcpy(b, bytes, h, bytes, ACL_MEMCPY_HOST_TO_DEVICE);
     int64_t dims[] = {n, n};
-    aclTensor *ta = tensor(dims, 2, ACL_FLOAT, NULL, 0, a), *tb = tensor(dims, 2, ACL_FLOAT, NULL, 0, b);
-    aclTensor *to = tensor(dims, 2, ACL_FLOAT, NULL, 0, o), *th = tensor(dims, 2, ACL_FLOAT16, NULL, 0, o);
+    aclTensor *ta = acl_view(dims, 2, ACL_FLOAT, NULL, 0, a), *tb = acl_view(dims, 2, ACL_FLOAT, NULL, 0, b);
+    aclTensor *to = acl_view(dims, 2, ACL_FLOAT, NULL, 0, o), *th = acl_view(dims, 2, ACL_FLOAT16, NULL, 0, o);
     float one = 1.0f;
     aclScalar *alpha = aclCreateScalar(&one, ACL_FLOAT);
     uint64_t ws;

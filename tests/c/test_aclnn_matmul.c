@@ -18,39 +18,15 @@
 #include "acl/acl.h"
 #include "cann/aclnn_api.h"
 #include "ctest_util.h"
+#include "aclnn_util.h"
 
 extern char **environ;
 static aclrtStream stream;
 
-static void *dev_alloc(size_t bytes) {
-    void *p = NULL;
-    CHECK(aclrtMalloc(&p, bytes ? bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
-    return p;
-}
-static void *dev_from(const void *host, size_t bytes) {
-    void *p = dev_alloc(bytes);
-    CHECK(aclrtMemcpy(p, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
-    return p;
-}
-static void to_host(void *host, const void *dev, size_t bytes) {
-    CHECK(aclrtMemcpy(host, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
-}
+/* A view with element offset 0 (strides NULL = contiguous). */
 static aclTensor *tensor(const int64_t *dims, int nd, aclDataType dt, const int64_t *strides, void *data) {
-    int64_t contiguous[8], extent = 1;
-    if (!strides) {
-        int64_t step = 1;
-        for (int i = nd - 1; i >= 0; i--) {
-            contiguous[i] = step;
-            step *= dims[i];
-        }
-        strides = contiguous;
-    }
-    for (int i = 0; i < nd; i++)
-        extent += (dims[i] - 1) * strides[i];
-    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, 0, ACL_FORMAT_ND, &extent, 1, data);
+    return acl_view(dims, nd, dt, strides, 0, data);
 }
-static uint16_t f16(float f) { return aclFloatToFloat16(f); }
-static float from_f16(uint16_t h) { return aclFloat16ToFloat(h); }
 static float from_bf16(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;
     float f;

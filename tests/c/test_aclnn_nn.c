@@ -12,29 +12,12 @@
 #include "acl/acl.h"
 #include "cann/aclnn_api.h"
 #include "ctest_util.h"
+#include "aclnn_util.h"
 
 static aclrtStream stream;
 
-static void *dev_from(const void *host, size_t bytes) {
-    void *p = NULL;
-    CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
-    if (host) CHECK(aclrtMemcpy(p, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
-    return p;
-}
 
-static void to_host(void *host, const void *dev, size_t bytes) {
-    CHECK(aclrtMemcpy(host, bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS);
-}
 
-static aclTensor *tensor(const int64_t *dims, int nd, aclDataType dt, void *data) {
-    int64_t strides[8], step = 1, extent = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        strides[i] = step;
-        step *= dims[i];
-    }
-    for (int i = 0; i < nd; i++) extent += (dims[i] - 1) * strides[i];
-    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, 0, ACL_FORMAT_ND, &extent, 1, data);
-}
 
 typedef aclnnStatus (*phase2_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
 /* ws / ex by pointer: they are read after phase 1 has filled them */
@@ -62,8 +45,8 @@ static void rms_norm_rows(const float *x, int64_t m, int64_t n, float *y, float 
     for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
     void *px = dev_from(x, (size_t)(m * n) * 4), *pg = dev_from(ones, (size_t)n * 4);
     void *py = dev_from(NULL, (size_t)(m * n) * 4), *pr = dev_from(NULL, (size_t)m * 4);
-    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *tg = tensor(dg, 1, ACL_FLOAT, pg);
-    aclTensor *ty = tensor(dx, 2, ACL_FLOAT, py), *tr = tensor(dr, 2, ACL_FLOAT, pr);
+    aclTensor *tx = acl_view(dx, 2, ACL_FLOAT, NULL, 0, px), *tg = acl_view(dg, 1, ACL_FLOAT, NULL, 0, pg);
+    aclTensor *ty = acl_view(dx, 2, ACL_FLOAT, NULL, 0, py), *tr = acl_view(dr, 2, ACL_FLOAT, NULL, 0, pr);
     uint64_t ws = 0;
     aclOpExecutor *ex = NULL;
     launch(aclnnRmsNormGetWorkspaceSize(tx, tg, 1e-6, ty, tr, &ws, &ex), aclnnRmsNorm, &ws, &ex);
@@ -77,7 +60,7 @@ static void rms_norm_rows(const float *x, int64_t m, int64_t n, float *y, float 
 static void softmax_rows(const float *x, int64_t m, int64_t n, float *y) {
     int64_t dx[2] = {m, n};
     void *px = dev_from(x, (size_t)(m * n) * 4), *py = dev_from(NULL, (size_t)(m * n) * 4);
-    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *ty = tensor(dx, 2, ACL_FLOAT, py);
+    aclTensor *tx = acl_view(dx, 2, ACL_FLOAT, NULL, 0, px), *ty = acl_view(dx, 2, ACL_FLOAT, NULL, 0, py);
     uint64_t ws = 0;
     aclOpExecutor *ex = NULL;
     launch(aclnnSoftmaxGetWorkspaceSize(tx, -1, ty, &ws, &ex), aclnnSoftmax, &ws, &ex);
@@ -154,7 +137,7 @@ static void test_silu_swiglu(void) {
     uint32_t s = 3;
     for (int i = 0; i < 16; i++) x[i] = frand(&s) * 6.0f;
     void *px = dev_from(x, 64), *py = dev_from(NULL, 64), *pg = dev_from(NULL, 32);
-    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *ty = tensor(dx, 2, ACL_FLOAT, py), *tg = tensor(dh, 2, ACL_FLOAT, pg);
+    aclTensor *tx = acl_view(dx, 2, ACL_FLOAT, NULL, 0, px), *ty = acl_view(dx, 2, ACL_FLOAT, NULL, 0, py), *tg = acl_view(dh, 2, ACL_FLOAT, NULL, 0, pg);
     uint64_t ws;
     aclOpExecutor *ex;
     launch(aclnnSiluGetWorkspaceSize(tx, ty, &ws, &ex), aclnnSilu, &ws, &ex);
@@ -170,7 +153,7 @@ static void test_silu_swiglu(void) {
     /* errors name the op and the operand */
     CHECK(aclnnSwiGluGetWorkspaceSize(tx, -1, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     CHECK(strstr(aclGetRecentErrMsg(), "aclnnSwiGlu") != NULL);
-    aclTensor *ti = tensor(dx, 2, ACL_INT32, px);
+    aclTensor *ti = acl_view(dx, 2, ACL_INT32, NULL, 0, px);
     CHECK(aclnnSiluGetWorkspaceSize(ti, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     const char *msg = aclGetRecentErrMsg();
     CHECK(strstr(msg, "aclnnSilu") != NULL && strstr(msg, "self") != NULL);
@@ -183,7 +166,7 @@ static void test_sin_cos_div(void) {
     int64_t d[1] = {6};
     float x[6] = {0.0f, 0.5f, -1.25f, 3.0f, 100.0f, 4000.5f}, b[6] = {1, 2, 4, -8, 0.5f, 3}, y[6];
     void *px = dev_from(x, 24), *pb = dev_from(b, 24), *py = dev_from(NULL, 24);
-    aclTensor *tx = tensor(d, 1, ACL_FLOAT, px), *tb = tensor(d, 1, ACL_FLOAT, pb), *ty = tensor(d, 1, ACL_FLOAT, py);
+    aclTensor *tx = acl_view(d, 1, ACL_FLOAT, NULL, 0, px), *tb = acl_view(d, 1, ACL_FLOAT, NULL, 0, pb), *ty = acl_view(d, 1, ACL_FLOAT, NULL, 0, py);
     uint64_t ws;
     aclOpExecutor *ex;
     launch(aclnnSinGetWorkspaceSize(tx, ty, &ws, &ex), aclnnSin, &ws, &ex);
@@ -204,7 +187,7 @@ static void test_argmax_index_copy(void) {
     float x[15] = {1, 5, 5, 0, 2, -1, -2, -3, -0.5f, -4, 0, 0, 0, 0, 7};
     int64_t idx[3];
     void *px = dev_from(x, 60), *pi = dev_from(NULL, 24);
-    aclTensor *tx = tensor(dx, 2, ACL_FLOAT, px), *ti = tensor(dout, 1, ACL_INT64, pi);
+    aclTensor *tx = acl_view(dx, 2, ACL_FLOAT, NULL, 0, px), *ti = acl_view(dout, 1, ACL_INT64, NULL, 0, pi);
     uint64_t ws;
     aclOpExecutor *ex;
     launch(aclnnArgMaxGetWorkspaceSize(tx, 1, false, ti, &ws, &ex), aclnnArgMax, &ws, &ex);
@@ -216,15 +199,15 @@ static void test_argmax_index_copy(void) {
     for (int i = 0; i < 10; i++) src[i] = aclFloatToFloat16((float)(i + 1));
     int32_t ind[2] = {3, 0};
     void *ps = dev_from(self, 40), *pr = dev_from(src, 20), *pn = dev_from(ind, 8);
-    aclTensor *ts = tensor(dself, 2, ACL_FLOAT16, ps), *tr = tensor(dsrc, 2, ACL_FLOAT16, pr);
-    aclTensor *tn = tensor(dind, 1, ACL_INT32, pn);
+    aclTensor *ts = acl_view(dself, 2, ACL_FLOAT16, NULL, 0, ps), *tr = acl_view(dsrc, 2, ACL_FLOAT16, NULL, 0, pr);
+    aclTensor *tn = acl_view(dind, 1, ACL_INT32, NULL, 0, pn);
     launch(aclnnInplaceIndexCopyGetWorkspaceSize(ts, 0, tn, tr, &ws, &ex), aclnnInplaceIndexCopy, &ws, &ex);
     to_host(self, ps, 40);
     for (int i = 0; i < 5; i++) {
         CHECK(self[15 + i] == src[i] && self[i] == src[5 + i] && self[5 + i] == 0);
     }
     /* a source of another dtype is an error naming the op */
-    aclTensor *tf = tensor(dsrc, 2, ACL_FLOAT, pr);
+    aclTensor *tf = acl_view(dsrc, 2, ACL_FLOAT, NULL, 0, pr);
     CHECK(aclnnInplaceIndexCopyGetWorkspaceSize(ts, 0, tn, tf, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     CHECK(strstr(aclGetRecentErrMsg(), "aclnnInplaceIndexCopy") != NULL);
     /* an index out of range fails the launch */
