@@ -1,8 +1,8 @@
 """The `cann-llm` command: entry point of the package for people and scripts.
 
 Subcommands dispatch to the rest of cann_llm: `devices` lists what the CANN registry sees, `run`
-and `bench` live in run_cli.py and bench.py, `test-ops` in tools/. Failures print one line to
-stderr and exit 1, never a traceback.
+and `bench` live in run_cli.py and bench.py, `test-ops` and `diff` in tools/. Failures print one
+line to stderr and exit 1, never a traceback.
 """
 
 import argparse
@@ -242,6 +242,49 @@ def add_loader_commands(commands) -> None:
     quantize.set_defaults(handler=cmd_quantize)
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Tensor diff between backends, eval-callback printing, dumps (cann_llm.tools.diff)."""
+    from .tools import diff
+
+    return diff.main_args(args)
+
+
+def add_diff_command(commands) -> None:
+    diff = commands.add_parser(
+        "diff", help="find the op that goes wrong: tensor-by-tensor diff of two backends "
+        "(isolated or chained), --print every tensor, --dump/--compare dumps",
+        description="isolated (default): B recomputes every node of A from A's inputs and each "
+                    "row is held to the op checker's per-op NMSE bound; chained: A and B run the "
+                    "prompt independently (NMSE 1e-3). Shapes are ggml order. Exit 1 when a "
+                    "tensor is over its threshold.")
+    from .run_cli import one_line_errors
+    one_line_errors(diff)
+    diff.add_argument("model", nargs="?", help="GGUF file (default: the default model)")
+    diff.add_argument("-p", "--prompt", help="prompt text (tokenized as is, BOS per the model)")
+    diff.add_argument("--a", default="CANN0", metavar="DEV", help="backend A (default CANN0)")
+    diff.add_argument("--b", default="CPU", metavar="DEV",
+                      help="backend B (default CPU, the numpy reference)")
+    diff.add_argument("--mode", choices=["isolated", "chained"], default="isolated")
+    diff.add_argument("--filter", metavar="REGEX", help="only tensors whose name matches "
+                      "(re.search; anchor with ^...$)")
+    diff.add_argument("--threshold", type=float, metavar="X", help="one NMSE limit for all "
+                      "tensors (default: per op in isolated mode, 1e-3 in chained mode)")
+    diff.add_argument("--dump", metavar="DIR", help="write the tensors (npz + manifest.json): "
+                      "DIR/a and DIR/b, or DIR with --print")
+    diff.add_argument("--compare", nargs=2, metavar=("DUMP_A", "DUMP_B"),
+                      help="compare two dump directories instead of running a model")
+    diff.add_argument("--print", action="store_true", help="print every tensor of backend A "
+                      "(llama-eval-callback style: sources, shape, leading values, sum)")
+    diff.add_argument("--stop", action="store_true", help="isolated: stop at the first tensor "
+                      "over threshold")
+    diff.add_argument("--no-fa", action="store_true", help="attention through SOFT_MAX "
+                      "(kq-N, kq_soft_max-N, kqv-N) instead of FLASH_ATTN_EXT")
+    diff.add_argument("-c", "--ctx-size", type=int, default=512, help="context (default 512)")
+    diff.add_argument("--inject", metavar="REGEX", help="self-test: tensors of A whose name "
+                      "matches come out 10%% too large (written back, later nodes read them)")
+    diff.set_defaults(handler=cmd_diff)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cann-llm", description="Run GGUF language models on Ascend NPUs (or acl_host).")
@@ -267,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_arguments(bench)
     bench.set_defaults(handler=cmd_bench)
     add_loader_commands(commands)
+    add_diff_command(commands)
     return parser
 
 

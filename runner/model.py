@@ -265,7 +265,9 @@ class Model:
             np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
 
     def logits(self, ids, eval_callback=None) -> np.ndarray | None:
-        """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence."""
+        """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence.
+        eval_callback(name, op, type, ne, data[, node]) sees every computed node (ne ggml order,
+        data numpy order; node a sched.EvalNode) and stops the run (None) by returning False."""
         ids = [int(i) for i in ids]
         if len(ids) > self.n_ctx:
             raise ContextFullError(f"{len(ids)} tokens do not fit in the context "

@@ -456,7 +456,8 @@ class Plan:
         """Upload the inputs (name -> numpy array, numpy order), compute every split, return the
         outputs (name -> numpy array). With eval_callback(name, op, type, ne, data), each computed
         node is shown to it (plan with split_each_node=True to see every node); a False return
-        stops the run and run() returns None."""
+        stops the run and run() returns None. A callback taking a sixth positional argument also
+        gets an EvalNode (source names and values, write-back)."""
         sched, slots = self.sched, self.sched.slots
         mem = ref.Memory()
         for name, targets in self.input_targets.items():
@@ -548,6 +549,7 @@ class Plan:
                      "clm_tensor_set")
 
     def _show(self, sp: Split, mem, callback) -> bool:
+        info = _wants_info(callback)
         for n in sp.nodes:
             if mem is not None:
                 data = mem.read(n)
@@ -555,9 +557,24 @@ class Plan:
                 data = ref.read(_raw(_root(n)), n)
             ne = n.ne
             data = np.asarray(data).reshape(tuple(reversed(ne[:n.n_dims])))
-            if callback(n.name, n.op_desc, n.type.name, ne, data) is False:
+            args = (n.name, n.op_desc, n.type.name, ne, data)
+            if info:
+                args += (EvalNode(self, sp, n, data, mem),)
+            if callback(*args) is False:
                 return False
         return True
+
+    def original(self, t: be.Tensor) -> be.Tensor:
+        """The graph tensor an input copy or alias made by _wire stands for (else t itself)."""
+        orig = getattr(self, "_orig", None)
+        if orig is None:
+            orig = {alias.address: src for alias, src, _, _ in self.aliases}
+            for sp in self.splits:
+                orig.update((copy.address, root) for root, _, copy in sp.copies)
+            for name, targets in self.input_targets.items():
+                orig.update((t2.address, self.inputs[name]) for _, t2 in targets)
+            self._orig = orig
+        return orig.get(t.address, t)
 
     # ---- -v --------------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -580,3 +597,79 @@ class Plan:
             name = self.sched.slots[sp.slot].name
             out[name] = out.get(name, 0) + len(sp.nodes)
         return out
+
+
+# ---- the eval callback's node record ------------------------------------------------------------
+
+def _wants_info(callback) -> bool:
+    """True when the callback takes a sixth positional argument (the EvalNode)."""
+    import inspect
+    try:
+        params = list(inspect.signature(callback).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 6
+
+
+def _display_name(t: be.Tensor) -> str:
+    """A tensor's name; an unnamed view as llama.cpp shows it: 'Qcur-0 (permuted)'."""
+    if t.name or t.c.view_src == ffi.NULL:
+        return t.name
+    kind = {Op.PERMUTE: "permuted", Op.RESHAPE: "reshaped", Op.TRANSPOSE: "transposed"}
+    return f"{_root(t).name} ({kind.get(t.op, 'view')})"
+
+
+class EvalNode:
+    """What an eval callback taking six arguments gets last: the computed node, valid during the
+    call only. `ne` is ggml order (ne[0] fastest, 4 entries); `data` is numpy order with trailing
+    unit dims dropped: data.shape == tuple(reversed(ne[:n_dims])). `src_names` are the graph's
+    source names (never the scheduler's copies). sources() reads the node's inputs as the
+    backend saw them; write() replaces the node's result in its backend's memory, so later nodes
+    compute from it (fault injection in tests)."""
+
+    def __init__(self, plan: Plan, sp: Split, node: be.Tensor, data: np.ndarray, mem):
+        self.plan, self.node, self.data, self._mem = plan, node, data, mem
+        self.name, self.op, self.type, self.ne = node.name, node.op_desc, node.type.name, node.ne
+        self.shape = data.shape
+        self.backend = plan.sched.slots[sp.slot].name
+        self.index = plan.index[node.address]
+        self._srcs = ref._sources(node)
+        self.src_names = [None if s is None else _display_name(plan.original(s))
+                          for s in self._srcs]
+        self.src_ne = [None if s is None else s.ne for s in self._srcs]
+        self.src_types = [None if s is None else s.type.name for s in self._srcs]
+
+    def sources(self, stored: bool = False) -> list:
+        """The sources' values (numpy order, 4-d; None for an absent optional source): decoded
+        floats/ints, or with stored=True contiguous storage arrays (quantized rows as bytes)."""
+        out = []
+        for s in self._srcs:
+            if s is None:
+                out.append(None)
+                continue
+            if self._mem is not None:
+                root = _root(s)
+                if root.address not in self._mem.raw and root.c.data != ffi.NULL:
+                    self.plan._fetch(root, self._mem)
+                raw = self._mem.bytes_of(s)
+            else:
+                raw = _raw(_root(s))
+            arr = np.ascontiguousarray(ref.strided(raw, s))
+            out.append(arr if stored else ref.decode(s.type, arr))
+        return out
+
+    def write(self, values) -> None:
+        """Store `values` (the node's shape, numpy order) as this node's result."""
+        n = self.node
+        values = np.asarray(values).reshape(ref.np_shape(n))
+        if self._mem is not None:
+            self._mem.write(n, values)
+        else:
+            root = _root(n)
+            raw = _raw(root)
+            ref.write(raw, n, values)
+            be.check(lib.clm_tensor_set(root.c, ffi.from_buffer(raw), 0, raw.nbytes),
+                     "clm_tensor_set")
+        self.data = np.asarray(ref.round_to(n.type, values)).reshape(self.shape)
