@@ -51,6 +51,7 @@ struct ah_stream {
     pthread_cond_t done_cv; /* waiters: a task finished */
     ah_task *head, *tail;
     uint64_t n_submitted, n_completed;
+    uint64_t wake_at; /* done_cv is broadcast when n_completed reaches this (a waiter's target) */
     bool busy; /* a task of this stream is running */
     uint64_t running_gseq;
     bool stop;
@@ -127,7 +128,12 @@ static void run_head_task(struct ah_stream *s)
     }
     s->busy = false;
     s->n_completed++;
-    pthread_cond_broadcast(&s->done_cv);
+    /* wake waiters only when one of them is satisfied, not once per task (deferred mode: a
+     * waiter may be waiting for the stream to be idle so that it runs the next task itself) */
+    if (s->n_completed >= s->wake_at || ah_rt_deferred()) {
+        s->wake_at = UINT64_MAX;
+        pthread_cond_broadcast(&s->done_cv);
+    }
     if (ah_mem_has_quarantine()) {
         pthread_mutex_unlock(&s->mutex);
         ah_mem_collect();
@@ -145,7 +151,11 @@ static bool wait_completed_locked(struct ah_stream *s, uint32_t generation, uint
     while (s->generation == generation && s->n_completed < count) {
         if (deferred && !s->busy && s->head) {
             run_head_task(s);
-        } else if (deadline) {
+            continue;
+        }
+        if (count < s->wake_at)
+            s->wake_at = count;
+        if (deadline) {
             if (pthread_cond_timedwait(&s->done_cv, &s->mutex, deadline) == ETIMEDOUT &&
                 s->generation == generation && s->n_completed < count)
                 return false;
@@ -219,6 +229,7 @@ static aclError create_stream(const char *api, int device, bool is_default, stru
         s->is_default = is_default;
         s->head = s->tail = NULL;
         s->n_submitted = s->n_completed = 0;
+        s->wake_at = UINT64_MAX;
         s->busy = s->stop = s->has_worker = false;
         s->sticky = ACL_SUCCESS;
         s->capture = NULL;

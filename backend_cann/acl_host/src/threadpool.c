@@ -5,41 +5,60 @@
  * several streams run one after another. A job is cut into chunks whose boundaries depend only
  * on n, grain and the pool size; which thread runs which chunk varies, the result does not.
  * A job started from inside a job (a chunk callback calling ah_parallel_for) runs the same
- * chunks inline. All waits block on condition variables: no spinning.
+ * chunks inline.
+ *
+ * A dispatch costs at most one futex wake (only when a worker sleeps and there are chunks for
+ * it) and the caller blocks only if a worker still runs a chunk when the caller runs out of
+ * them; a worker that wakes after the job was finished goes back to sleep without touching it.
+ * All waits are futex waits: no spinning.
+ *
+ * The job word packs (generation, chunk count, next chunk): claiming a chunk is one CAS on it,
+ * so a late worker can never claim a chunk of a newer job by mistake, and the job's fields (fn,
+ * ctx, n) stay valid for whoever holds a claimed chunk until the chunk is counted as done.
  */
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ah_rt.h"
 
 #define CHUNKS_PER_THREAD 4
-#define MAX_THREADS 1024
+#define MAX_THREADS 1024 /* chunks: at most MAX_THREADS * CHUNKS_PER_THREAD < 2^16 */
 
 static pthread_mutex_t g_config_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_job_mutex = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 static atomic_int g_size;                                        /* 0: not read yet */
 
 static struct {
-    pthread_mutex_t mutex;
-    pthread_cond_t wake_cv; /* workers: a job opened, or stop */
-    pthread_cond_t done_cv; /* the caller: a worker left the job */
     pthread_t *threads;
     int n_threads;
-    bool stop;
-    uint64_t job_id;
-    bool job_open;
-    int active; /* workers inside the current job */
-    ah_parallel_fn fn;
+    atomic_uint wake;     /* futex word of sleeping workers: +1 per job and at stop */
+    atomic_int sleepers;  /* workers in (or about to enter) the wake futex */
+    atomic_bool stop;
+    atomic_ullong job;    /* generation << 32 | n_chunks << 16 | next chunk */
+    atomic_uint done;     /* chunks of the current job finished; the caller's futex word */
+    atomic_bool caller_waits;
+    uint32_t generation;
+    ah_parallel_fn fn;    /* the current job; written only while no chunk of it is claimed */
     void *ctx;
-    int64_t n, n_chunks;
-    atomic_llong next_chunk;
-} g_pool = {.mutex = PTHREAD_MUTEX_INITIALIZER,
-            .wake_cv = PTHREAD_COND_INITIALIZER,
-            .done_cv = PTHREAD_COND_INITIALIZER};
+    int64_t n;
+} g_pool;
 
 static _Thread_local bool tl_in_job;
+
+static void futex_wait(atomic_uint *word, unsigned expected)
+{
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake(atomic_uint *word, int count)
+{
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
 
 int ah_n_threads(void)
 {
@@ -68,30 +87,42 @@ static void run_chunk(ah_parallel_fn fn, void *ctx, int64_t n, int64_t n_chunks,
     fn(ctx, begin, end);
 }
 
+/* Claims and runs chunks of job `generation` until none is left. */
+static void work_on(uint32_t generation)
+{
+    unsigned long long w = atomic_load(&g_pool.job);
+    for (;;) {
+        unsigned next = (unsigned)(w & 0xffff), n_chunks = (unsigned)(w >> 16 & 0xffff);
+        if ((uint32_t)(w >> 32) != generation || next >= n_chunks)
+            return;
+        if (!atomic_compare_exchange_weak(&g_pool.job, &w, w + 1))
+            continue; /* w reloaded */
+        run_chunk(g_pool.fn, g_pool.ctx, g_pool.n, n_chunks, next);
+        if (atomic_fetch_add(&g_pool.done, 1) + 1 == n_chunks && atomic_load(&g_pool.caller_waits))
+            futex_wake(&g_pool.done, 1);
+        w = atomic_load(&g_pool.job);
+    }
+}
+
 static void *pool_worker(void *unused)
 {
     (void)unused;
     tl_in_job = true; /* nested jobs from a worker run inline */
-    uint64_t seen = 0;
-    pthread_mutex_lock(&g_pool.mutex);
-    for (;;) {
-        while (!g_pool.stop && !(g_pool.job_open && g_pool.job_id != seen))
-            pthread_cond_wait(&g_pool.wake_cv, &g_pool.mutex);
-        if (g_pool.stop)
-            break;
-        seen = g_pool.job_id;
-        g_pool.active++;
-        ah_parallel_fn fn = g_pool.fn;
-        void *ctx = g_pool.ctx;
-        int64_t n = g_pool.n, n_chunks = g_pool.n_chunks;
-        pthread_mutex_unlock(&g_pool.mutex);
-        for (int64_t i; (i = atomic_fetch_add(&g_pool.next_chunk, 1)) < n_chunks;)
-            run_chunk(fn, ctx, n, n_chunks, i);
-        pthread_mutex_lock(&g_pool.mutex);
-        if (--g_pool.active == 0)
-            pthread_cond_signal(&g_pool.done_cv);
+    unsigned seen = atomic_load(&g_pool.wake);
+    while (!atomic_load(&g_pool.stop)) {
+        unsigned now = atomic_load(&g_pool.wake);
+        if (now != seen) {
+            seen = now;
+            work_on((uint32_t)(atomic_load(&g_pool.job) >> 32));
+            continue;
+        }
+        /* the submitter bumps wake before reading sleepers; we count ourselves before reading
+         * wake (inside the futex): one of the two sees the other */
+        atomic_fetch_add(&g_pool.sleepers, 1);
+        if (!atomic_load(&g_pool.stop))
+            futex_wait(&g_pool.wake, seen);
+        atomic_fetch_sub(&g_pool.sleepers, 1);
     }
-    pthread_mutex_unlock(&g_pool.mutex);
     return NULL;
 }
 
@@ -103,7 +134,7 @@ static int ensure_workers(int size)
     g_pool.threads = calloc((size_t)size - 1, sizeof *g_pool.threads);
     if (!g_pool.threads)
         return 0;
-    g_pool.stop = false;
+    atomic_store(&g_pool.stop, false);
     while (g_pool.n_threads < size - 1 &&
            pthread_create(&g_pool.threads[g_pool.n_threads], NULL, pool_worker, NULL) == 0)
         g_pool.n_threads++;
@@ -130,30 +161,30 @@ void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
         return;
     }
     pthread_mutex_lock(&g_job_mutex);
-    if (ensure_workers(size) > 0) {
-        pthread_mutex_lock(&g_pool.mutex);
-        g_pool.fn = fn;
-        g_pool.ctx = ctx;
-        g_pool.n = n;
-        g_pool.n_chunks = n_chunks;
-        atomic_store(&g_pool.next_chunk, 0);
-        g_pool.job_id++;
-        g_pool.job_open = true;
-        pthread_cond_broadcast(&g_pool.wake_cv);
-        pthread_mutex_unlock(&g_pool.mutex);
-    } else {
-        atomic_store(&g_pool.next_chunk, 0); /* no workers: the caller does it all */
+    int workers = ensure_workers(size);
+    g_pool.fn = fn;
+    g_pool.ctx = ctx;
+    g_pool.n = n;
+    atomic_store(&g_pool.done, 0);
+    atomic_store(&g_pool.caller_waits, false);
+    uint32_t generation = ++g_pool.generation;
+    atomic_store(&g_pool.job, (unsigned long long)generation << 32 | (unsigned long long)n_chunks << 16);
+    if (workers > 0) {
+        atomic_fetch_add(&g_pool.wake, 1);
+        int want = n_chunks - 1 < workers ? (int)n_chunks - 1 : workers;
+        if (atomic_load(&g_pool.sleepers) > 0)
+            futex_wake(&g_pool.wake, want);
     }
     tl_in_job = true;
-    for (int64_t i; (i = atomic_fetch_add(&g_pool.next_chunk, 1)) < n_chunks;)
-        run_chunk(fn, ctx, n, n_chunks, i);
+    work_on(generation);
     tl_in_job = false;
-    /* Every chunk is claimed; wait for the workers still running theirs. */
-    pthread_mutex_lock(&g_pool.mutex);
-    while (g_pool.active > 0)
-        pthread_cond_wait(&g_pool.done_cv, &g_pool.mutex);
-    g_pool.job_open = false;
-    pthread_mutex_unlock(&g_pool.mutex);
+    /* Every chunk is claimed; wait for the ones still running elsewhere. */
+    unsigned done = atomic_load(&g_pool.done);
+    if (done != (unsigned)n_chunks) {
+        atomic_store(&g_pool.caller_waits, true);
+        while ((done = atomic_load(&g_pool.done)) != (unsigned)n_chunks)
+            futex_wait(&g_pool.done, done);
+    }
     pthread_mutex_unlock(&g_job_mutex);
 }
 
@@ -161,16 +192,15 @@ void ah_pool_shutdown(void)
 {
     pthread_mutex_lock(&g_job_mutex);
     if (g_pool.threads) {
-        pthread_mutex_lock(&g_pool.mutex);
-        g_pool.stop = true;
-        pthread_cond_broadcast(&g_pool.wake_cv);
-        pthread_mutex_unlock(&g_pool.mutex);
+        atomic_store(&g_pool.stop, true);
+        atomic_fetch_add(&g_pool.wake, 1);
+        futex_wake(&g_pool.wake, INT_MAX);
         for (int i = 0; i < g_pool.n_threads; i++)
             pthread_join(g_pool.threads[i], NULL);
         free(g_pool.threads);
         g_pool.threads = NULL;
         g_pool.n_threads = 0;
-        g_pool.stop = false;
+        atomic_store(&g_pool.stop, false);
     }
     atomic_store(&g_size, 0); /* CANN_LLM_THREADS is read again by the next job */
     pthread_mutex_unlock(&g_job_mutex);
