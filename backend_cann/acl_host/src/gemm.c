@@ -208,6 +208,17 @@ static inline T5 void a5_i4(const int8_t *p, __m512 *lo, __m512 *hi) {
     *hi = _mm512_cvtepi32_ps(_mm512_srai_epi32(b, 4));
 }
 
+/* nibble n as a signed int4, in F32 lanes */
+static inline T5 __m512 a5_i4tab(void) {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+}
+/* vpermps reads the low 4 bits of each index lane: the low nibble as is, the high one shifted */
+static inline T5 void a5_i4lut(const int8_t *p, __m512 tab, __m512 *lo, __m512 *hi) {
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    *lo = _mm512_permutexvar_ps(b, tab);
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tab);
+}
+
 #define SFX _avx512
 #define TGT T5
 #define VT __m512
@@ -223,7 +234,11 @@ static inline T5 void a5_i4(const int8_t *p, __m512 *lo, __m512 *hi) {
 #define VREDUCE a5_reduce
 #define VI8 a5_i8
 #define VI4(p, lo, hi) a5_i4((p), &(lo), &(hi))
+#define VI4TAB a5_i4tab
+#define VI4LUT(p, tab, lo, hi) a5_i4lut((p), (tab), &(lo), &(hi))
 #include "gemm_kernel.inc"
+#undef VI4TAB
+#undef VI4LUT
 #undef SFX
 #undef TGT
 #undef VT

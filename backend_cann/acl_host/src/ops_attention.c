@@ -47,6 +47,7 @@
 #define FIA_MAX_BATCH 65536
 #define FIA_KV_BLOCK 32   /* keys / values widened to F32 at a time */
 #define FIA_UNIT_ROWS 32  /* query rows a task aims for */
+#define FIA_MIN_PARALLEL_MACS (1 << 20) /* below this the whole op runs on the calling thread */
 
 typedef enum fia_layout { LAYOUT_BSH, LAYOUT_BSND, LAYOUT_BNSD, LAYOUT_BNSD_BSND } fia_layout;
 
@@ -402,8 +403,10 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
         job->chunk_heads = (job->chunk_heads + 1) / 2;
     }
     int64_t units = p->batch * p->n_kv_head * job->n_head_chunks * job->n_row_blocks;
+    /* a small attention (decode over a short context) costs less than waking a thread */
+    int64_t macs = p->batch * p->n_head * p->s_q * p->s_kv * p->head_dim * 2;
     if (units > 0)
-        ah_parallel_for(units, 1, fia_chunk, job);
+        ah_parallel_for(units, macs < FIA_MIN_PARALLEL_MACS ? units : 1, fia_chunk, job);
     aclError err = ACL_SUCCESS;
     if (atomic_load(&job->failed))
         err = ah_error(ACL_ERROR_BAD_ALLOC, "%s: out of host memory for the score buffers", FIA);

@@ -25,6 +25,7 @@
     } while (0)
 
 #define MM_MAX_BATCH 4
+#define WQ_MIN_CHUNK_WEIGHTS 65536
 #define FLOAT_DTYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -356,6 +357,10 @@ static float wq_param_at(const wq_ctx *c, const aclTensor *t, int64_t g, int64_t
 static void wq_gather_params(const wq_ctx *c, const aclTensor *t, int64_t j0, int64_t nn, float *dst) {
     if (c->p->mode == SCALE_GROUP) {
         size_t es = ah_dtype_size(t->dtype);
+        if (t->strides[0] == 1 && t->strides[1] == c->ngroups) { /* columns back to back: one run */
+            load_f32(t->dtype, tensor_base(t) + j0 * c->ngroups * (int64_t)es, 1, nn * c->ngroups, dst);
+            return;
+        }
         for (int64_t j = 0; j < nn; j++)
             load_f32(t->dtype, tensor_base(t) + (j0 + j) * t->strides[1] * (int64_t)es, t->strides[0], c->ngroups,
                      dst + j * c->ngroups);
@@ -493,7 +498,11 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
     ah_parallel_for(p->m, 64, wq_pack_x, &c);
-    ah_parallel_for(c.ntiles, 1, wq_tiles, &c);
+    /* a chunk does at least WQ_MIN_CHUNK_WEIGHTS weight x row products (rows counted up to 4):
+     * less work costs less than waking a thread (a decode-sized 576 x 192 projection runs on
+     * the calling thread) */
+    int64_t tile_weights = c.kp * c.nt * (p->m < 4 ? p->m : 4);
+    ah_parallel_for(c.ntiles, (WQ_MIN_CHUNK_WEIGHTS + tile_weights - 1) / tile_weights, wq_tiles, &c);
     free(apack);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
