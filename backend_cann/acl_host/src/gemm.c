@@ -5,6 +5,10 @@
 #include "ah_convert.h"
 #include "ah_gemm.h"
 
+#ifndef AH_GEMM_PF_BYTES
+#define AH_GEMM_PF_BYTES 6144 /* how far ahead the decode kernel prefetches quantized columns */
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #define AH_X86 1
 #include <immintrin.h>

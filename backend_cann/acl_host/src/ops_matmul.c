@@ -370,6 +370,16 @@ static void wq_gather_params(const wq_ctx *c, const aclTensor *t, int64_t j0, in
     }
 }
 
+/* Prefetches the scales or offsets of columns [j0, j0 + nn) when they are one run (hint only). */
+static void wq_prefetch_params(const wq_ctx *c, const aclTensor *t, int64_t j0, int64_t nn) {
+    if (!t || c->p->mode != SCALE_GROUP || t->strides[0] != 1 || t->strides[1] != c->ngroups)
+        return;
+    int64_t es = (int64_t)ah_dtype_size(t->dtype);
+    const char *base = tensor_base(t) + j0 * c->ngroups * es;
+    for (int64_t off = 0; off < nn * c->ngroups * es; off += 64)
+        __builtin_prefetch(base + off);
+}
+
 /* int4 element e of the weight at element index idx (two per byte, low nibble first). */
 static inline int8_t int4_at(const char *base, int64_t idx) {
     uint8_t b = (uint8_t)base[idx >> 1];
@@ -404,6 +414,11 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
         wq_gather_params(c, c->scale, j0, nn, sc);
         if (c->offset)
             wq_gather_params(c, c->offset, j0, nn, of);
+        if (tile + 1 < c->ntiles) { /* the next tile's parameters arrive while this one runs */
+            int64_t nn1 = p->n - j0 - nt < nt ? p->n - j0 - nt : nt;
+            wq_prefetch_params(c, c->scale, j0 + nt, nn1);
+            wq_prefetch_params(c, c->offset, j0 + nt, nn1);
+        }
         const int8_t *wq;
         int64_t ldw;
         if (direct_cols) {
@@ -438,18 +453,23 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
                               .b = ft, .ldb = kp, .scales = sc, .lds = c->ngroups, .c = ct, .ldc = nt};
             ah_gemm_run_tile(&t);
         }
+        if (c->bias)
+            for (int64_t j = 0; j < nn; j++) {
+                float bias = load_one(c->bias->dtype, tensor_base(c->bias),
+                                      (j0 + j) * c->bias->strides[c->bias->ndim - 1]);
+                for (int64_t i = 0; i < p->m; i++)
+                    ct[i * nt + j] += bias;
+            }
         char *y = tensor_base(c->y);
         int64_t ys0 = c->y->strides[0], ys1 = c->y->strides[1];
-        for (int64_t j = 0; j < nn; j++) {
-            float bias = 0.0f;
-            if (c->bias)
-                bias = load_one(c->bias->dtype, tensor_base(c->bias), (j0 + j) * c->bias->strides[c->bias->ndim - 1]);
-            for (int64_t i = 0; i < p->m; i++) {
-                float v = ct[i * nt + j];
-                if (c->bias)
-                    v += bias;
-                store_one(c->y->dtype, y, i * ys0 + (j0 + j) * ys1, v);
-            }
+        size_t es = ah_dtype_size(c->y->dtype);
+        for (int64_t i = 0; i < p->m; i++) {
+            char *yrow = y + (i * ys0 + j0 * ys1) * (int64_t)es;
+            if (ys1 == 1 && c->y->dtype == ACL_FLOAT16)
+                ah_f32_to_f16_row(ct + i * nt, (uint16_t *)(void *)yrow, nn);
+            else
+                for (int64_t j = 0; j < nn; j++)
+                    store_one(c->y->dtype, y, i * ys0 + (j0 + j) * ys1, ct[i * nt + j]);
         }
     }
     free(mem);
