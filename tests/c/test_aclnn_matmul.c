@@ -415,6 +415,15 @@ static uint64_t child_product_hash(void) {
     h ^= fnv(yf, (size_t)(64 * 50) * 2) * 7;
     free(x), free(y), free(yf);
     wq_free(&d);
+    /* a decode-sized (m = 1) product large enough to be split over the pool */
+    wq_case big = {1, 576, 4096, 1, 32, 1, 1, 0};
+    wq_make(&d, big);
+    x = malloc((size_t)big.k * 2), y = malloc((size_t)big.n * 2);
+    for (int64_t i = 0; i < big.k; i++) x[i] = f16((float)urand());
+    wq_run(&d, x, 1, y);
+    h ^= fnv(y, (size_t)big.n * 2) * 131;
+    free(x), free(y);
+    wq_free(&d);
     return h;
 }
 

@@ -483,10 +483,14 @@ AH_API aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)
             rc = r->replay(r->arg, s, true);
             continue;
         }
-        char what[96];
-        snprintf(what, sizeof what, "%s: %s", api, r->name);
-        for (size_t k = 0; k < r->n_ranges && rc == ACL_SUCCESS; k++)
-            rc = ah_mem_check_device(r->ranges[k].ptr, r->ranges[k].size, what);
+        for (size_t k = 0; k < r->n_ranges && rc == ACL_SUCCESS; k++) {
+            rc = ah_mem_check_device(r->ranges[k].ptr, r->ranges[k].size, r->name);
+            if (rc != ACL_SUCCESS) { /* again, for the message naming the API (rare path) */
+                char what[96];
+                snprintf(what, sizeof what, "%s: %s", api, r->name);
+                rc = ah_mem_check_device(r->ranges[k].ptr, r->ranges[k].size, what);
+            }
+        }
     }
     for (size_t i = 0; i < m->n_items && rc == ACL_SUCCESS; i++) {
         rec_item *r = m->items[i];

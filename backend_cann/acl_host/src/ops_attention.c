@@ -205,18 +205,14 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         widen_row(dt, src, qf + r * D, D);
     }
 
-    /* scores: s = (q . k) * scale + pse, -inf where masked (no dot product computed there) */
+    /* scores: s = (q . k) * scale + pse, -inf where masked (no dot product computed there).
+     * The bias goes to the score row first; only keys some row still needs are widened. */
     for (int64_t j0 = 0; j0 < S; j0 += FIA_KV_BLOCK) {
         int64_t nj = S - j0 < FIA_KV_BLOCK ? S - j0 : FIA_KV_BLOCK;
-        for (int64_t jj = 0; jj < nj; jj++) {
-            const char *src =
-                job->k.base + (b * job->k.sb + g * job->k.sn + (j0 + jj) * job->k.ss) * es;
-            widen_row(dt, src, kvf + jj * D, D);
-        }
+        bool needed[FIA_KV_BLOCK] = {false};
         for (int64_t r = 0; r < R; r++) {
             int64_t h = h0 + r / ni, i = i0 + r % ni;
-            float *srow = scores + r * S + j0;
-            float bias[FIA_KV_BLOCK];
+            float *bias = scores + r * S + j0;
             if (job->pse) {
                 const char *pse_row = job->pse + (b * job->pse_s[0] + h * job->pse_s[1] +
                                                   i * job->pse_s[2] + j0 * job->pse_s[3]) * es;
@@ -240,10 +236,22 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
                 for (int64_t jj = 0; jj < nj; jj++)
                     if (j0 + jj > i + p->next_tokens || j0 + jj < i - p->pre_tokens)
                         bias[jj] = -INFINITY;
-            const float *qr = qf + r * D;
             for (int64_t jj = 0; jj < nj; jj++)
-                srow[jj] = bias[jj] == -INFINITY ? -INFINITY
-                                                 : job->dot(qr, kvf + jj * D, D) * p->scale + bias[jj];
+                needed[jj] = needed[jj] || bias[jj] != -INFINITY;
+        }
+        for (int64_t jj = 0; jj < nj; jj++) {
+            if (!needed[jj])
+                continue;
+            const char *src =
+                job->k.base + (b * job->k.sb + g * job->k.sn + (j0 + jj) * job->k.ss) * es;
+            widen_row(dt, src, kvf + jj * D, D);
+        }
+        for (int64_t r = 0; r < R; r++) {
+            const float *qr = qf + r * D;
+            float *srow = scores + r * S + j0;
+            for (int64_t jj = 0; jj < nj; jj++)
+                if (srow[jj] != -INFINITY)
+                    srow[jj] = job->dot(qr, kvf + jj * D, D) * p->scale + srow[jj];
         }
     }
 
@@ -277,13 +285,13 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
     memset(acc, 0, (size_t)(R * D) * sizeof(float));
     for (int64_t j0 = 0; j0 < S; j0 += FIA_KV_BLOCK) {
         int64_t nj = S - j0 < FIA_KV_BLOCK ? S - j0 : FIA_KV_BLOCK;
-        bool any = false;
-        for (int64_t r = 0; r < R && !any; r++)
-            for (int64_t jj = 0; jj < nj && !any; jj++)
-                any = rsum[r] > 0.0f && scores[r * S + j0 + jj] != 0.0f;
-        if (!any)
-            continue;
+        bool needed[FIA_KV_BLOCK] = {false};
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t jj = 0; jj < nj && rsum[r] != 0.0f; jj++) /* the rows P . V runs for */
+                needed[jj] = needed[jj] || scores[r * S + j0 + jj] != 0.0f;
         for (int64_t jj = 0; jj < nj; jj++) {
+            if (!needed[jj])
+                continue;
             const char *src =
                 job->v.base + (b * job->v.sb + g * job->v.sn + (j0 + jj) * job->v.ss) * es;
             widen_row(dt, src, kvf + jj * D, D);

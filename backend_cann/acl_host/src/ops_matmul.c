@@ -26,6 +26,7 @@
 
 #define MM_MAX_BATCH 4
 #define WQ_MIN_CHUNK_WEIGHTS 65536
+#define WQ_MIN_PARALLEL (1 << 21)
 #define FLOAT_DTYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -518,11 +519,15 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
     ah_parallel_for(p->m, 64, wq_pack_x, &c);
-    /* a chunk does at least WQ_MIN_CHUNK_WEIGHTS weight x row products (rows counted up to 4):
-     * less work costs less than waking a thread (a decode-sized 576 x 192 projection runs on
-     * the calling thread) */
+    /* Waking a worker costs tens of microseconds on a virtual machine: a product of fewer
+     * than WQ_MIN_PARALLEL multiply-adds (every decode-sized projection of a small model but
+     * its output layer) runs on the calling thread; otherwise a chunk does at least
+     * WQ_MIN_CHUNK_WEIGHTS weight x row products (rows counted up to 4). */
     int64_t tile_weights = c.kp * c.nt * (p->m < 4 ? p->m : 4);
-    ah_parallel_for(c.ntiles, (WQ_MIN_CHUNK_WEIGHTS + tile_weights - 1) / tile_weights, wq_tiles, &c);
+    int64_t grain = (WQ_MIN_CHUNK_WEIGHTS + tile_weights - 1) / tile_weights;
+    if (c.kp * p->n * p->m < WQ_MIN_PARALLEL)
+        grain = c.ntiles;
+    ah_parallel_for(c.ntiles, grain, wq_tiles, &c);
     free(apack);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);

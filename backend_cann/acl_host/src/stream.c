@@ -378,7 +378,11 @@ aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn
     t->run = run;
     t->arg = arg;
     t->release = release;
-    snprintf(t->name, sizeof t->name, "%s", name ? name : "task");
+    if (!name)
+        name = "task";
+    size_t len = strnlen(name, sizeof t->name - 1);
+    memcpy(t->name, name, len);
+    t->name[len] = '\0';
     t->n_ranges = n_ranges;
     if (n_ranges)
         memcpy(t->ranges, ranges, n_ranges * sizeof(ah_range));
