@@ -6,7 +6,7 @@
 #include "ah_gemm.h"
 
 #ifndef AH_GEMM_PF_BYTES
-#define AH_GEMM_PF_BYTES 6144 /* how far ahead the decode kernel prefetches quantized columns */
+#define AH_GEMM_PF_BYTES 16384 /* how far ahead the decode kernel prefetches quantized columns */
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
