@@ -27,6 +27,9 @@
 #define MM_MAX_BATCH 4
 #define WQ_MIN_CHUNK_WEIGHTS 65536
 #define WQ_MIN_PARALLEL (1 << 21)
+#ifndef WQ_PF_TILES
+#define WQ_PF_TILES 3
+#endif
 #define FLOAT_DTYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -415,10 +418,12 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
         wq_gather_params(c, c->scale, j0, nn, sc);
         if (c->offset)
             wq_gather_params(c, c->offset, j0, nn, of);
-        if (tile + 1 < c->ntiles) { /* the next tile's parameters arrive while this one runs */
-            int64_t nn1 = p->n - j0 - nt < nt ? p->n - j0 - nt : nt;
-            wq_prefetch_params(c, c->scale, j0 + nt, nn1);
-            wq_prefetch_params(c, c->offset, j0 + nt, nn1);
+        /* parameters WQ_PF_TILES tiles ahead arrive while these run (the first tile starts the run) */
+        for (int64_t t1 = tile == begin ? tile + 1 : tile + WQ_PF_TILES;
+             t1 <= tile + WQ_PF_TILES && t1 < c->ntiles; t1++) {
+            int64_t nn1 = p->n - t1 * nt < nt ? p->n - t1 * nt : nt;
+            wq_prefetch_params(c, c->scale, t1 * nt, nn1);
+            wq_prefetch_params(c, c->offset, t1 * nt, nn1);
         }
         const int8_t *wq;
         int64_t ldw;
