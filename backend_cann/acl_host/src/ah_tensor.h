@@ -114,6 +114,13 @@ struct aclOpExecutor {
 #define AH_EXEC_PARAMS(ex, type)                                                              \
     ((type *)(void *)(ex)->params + 0 * sizeof(char[sizeof(type) <= AH_EXEC_PARAMS_SIZE ? 1 : -1]))
 
+/* Returns from the calling function when an aclnn status is not ACLNN_SUCCESS. */
+#define AH_TRY(expr)                                                                          \
+    do {                                                                                      \
+        aclnnStatus ah_try_status_ = (expr);                                                  \
+        if (ah_try_status_ != ACLNN_SUCCESS) return ah_try_status_;                           \
+    } while (0)
+
 /* NULL only on allocation failure (message set). */
 aclOpExecutor *ah_executor_new(const char *op, ah_op_run_fn run);
 /* Copies *t into the next slot and returns the slot index (role says whether it counts as an

@@ -11,12 +11,6 @@
 
 #include "ah_nd.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 #define FLOAT_TYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
 #define BLOCK 512
@@ -94,13 +88,13 @@ static aclError swiglu_run(const aclOpExecutor *ex, void *workspace) {
 AH_API aclnnStatus aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out,
                                              uint64_t *workspaceSize, aclOpExecutor **executor) {
     const char *op = "aclnnSilu";
-    TRY(ah_check_tensor(op, "self", self, FLOAT_TYPES, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "out", out, FLOAT_TYPES, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, FLOAT_TYPES, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, FLOAT_TYPES, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (out->dtype != self->dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out dtype %s differs from self dtype %s", op,
                         ah_dtype_name(out->dtype), ah_dtype_name(self->dtype));
-    TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
     aclOpExecutor *ex = ah_executor_new(op, silu_run);
     if (!ex)
         return ACLNN_ERR_INNER;
@@ -119,9 +113,9 @@ AH_API aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor *x, int64_t dim,
                                                const aclTensor *out, uint64_t *workspaceSize,
                                                aclOpExecutor **executor) {
     const char *op = "aclnnSwiGlu";
-    TRY(ah_check_tensor(op, "x", x, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "out", out, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "x", x, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (out->dtype != x->dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out dtype %s differs from x dtype %s", op,
                         ah_dtype_name(out->dtype), ah_dtype_name(x->dtype));
@@ -138,7 +132,7 @@ AH_API aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor *x, int64_t dim,
     int64_t dims[AH_OP_MAX_RANK];
     for (int i = 0; i < x->ndim; i++)
         dims[i] = i == dim ? x->dims[i] / 2 : x->dims[i];
-    TRY(ah_check_shape(op, "out", out, dims, x->ndim, "x's shape with dim halved"));
+    AH_TRY(ah_check_shape(op, "out", out, dims, x->ndim, "x's shape with dim halved"));
     aclOpExecutor *ex = ah_executor_new(op, swiglu_run);
     if (!ex)
         return ACLNN_ERR_INNER;

@@ -423,12 +423,6 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
 }
 
 /* ---- phase 1 -------------------------------------------------------------------------------------- */
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 static aclnnStatus unsupported(const char *name) {
     return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s is not supported by acl_host (pass NULL)", FIA,
@@ -468,7 +462,7 @@ static aclnnStatus list_tensor(const char *name, const aclTensorList *list, cons
 static aclnnStatus check_qkv(const char *name, const aclTensor *t, fia_layout layout,
                              aclDataType dtype, int64_t n_head, int64_t *dims4) {
     int rank = layout == LAYOUT_BSH ? 3 : 4;
-    TRY(ah_check_tensor(FIA, name, t, AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16), rank,
+    AH_TRY(ah_check_tensor(FIA, name, t, AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16), rank,
                         rank));
     if (t->dtype != dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s has dtype %s, query has %s", FIA, name,
@@ -488,7 +482,7 @@ static aclnnStatus check_qkv(const char *name, const aclTensor *t, fia_layout la
 
 static aclnnStatus check_pse(const aclTensor *pse, aclDataType dtype, const int64_t *q4,
                              int64_t s_kv) {
-    TRY(ah_check_tensor(FIA, "pseShiftOptional", pse,
+    AH_TRY(ah_check_tensor(FIA, "pseShiftOptional", pse,
                         AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16), 4, 4));
     if (pse->dtype != dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: pseShiftOptional has dtype %s, query has %s",
@@ -505,7 +499,7 @@ static aclnnStatus check_pse(const aclTensor *pse, aclDataType dtype, const int6
 }
 
 static aclnnStatus check_mask(const aclTensor *m, const int64_t *q4, int64_t s_kv) {
-    TRY(ah_check_tensor(FIA, "attenMaskOptional", m,
+    AH_TRY(ah_check_tensor(FIA, "attenMaskOptional", m,
                         AH_DTYPE_BIT(ACL_BOOL) | AH_DTYPE_BIT(ACL_INT8) | AH_DTYPE_BIT(ACL_UINT8),
                         2, 4));
     const int64_t *d = m->dims;
@@ -552,7 +546,7 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
         return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: query is NULL", FIA);
     if (!attentionOut)
         return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: attentionOut is NULL", FIA);
-    TRY(ah_check_out_ptrs(FIA, workspaceSize, executor));
+    AH_TRY(ah_check_out_ptrs(FIA, workspaceSize, executor));
     const struct { const void *ptr; const char *name; } optional[] = {
         {actualSeqLengthsOptional, "actualSeqLengthsOptional"},
         {actualSeqLengthsKvOptional, "actualSeqLengthsKvOptional"},
@@ -576,11 +570,11 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
             return unsupported(optional[i].name);
 
     fia_layout layout = LAYOUT_BSND;
-    TRY(parse_layout(inputLayout, &layout));
+    AH_TRY(parse_layout(inputLayout, &layout));
     fia_layout in_layout = layout == LAYOUT_BNSD_BSND ? LAYOUT_BNSD : layout;
     const aclTensor *k = NULL, *v = NULL;
-    TRY(list_tensor("key", key, &k));
-    TRY(list_tensor("value", value, &v));
+    AH_TRY(list_tensor("key", key, &k));
+    AH_TRY(list_tensor("value", value, &v));
     if (numHeads <= 0 || numHeads > FIA_MAX_HEADS)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: numHeads %lld is outside [1, %d]", FIA,
                         (long long)numHeads, FIA_MAX_HEADS);
@@ -590,13 +584,13 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
                         "%s: numHeads %lld and numKeyValueHeads %lld: numHeads must be a multiple "
                         "of numKeyValueHeads with a ratio of at most %d", FIA, (long long)numHeads,
                         (long long)numKeyValueHeads, FIA_MAX_GROUP);
-    TRY(ah_check_tensor(FIA, "query", query, AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16),
+    AH_TRY(ah_check_tensor(FIA, "query", query, AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16),
                         0, AH_OP_MAX_RANK));
     aclDataType dtype = query->dtype;
     int64_t q4[4], k4[4], v4[4], o4[4];
-    TRY(check_qkv("query", query, in_layout, dtype, numHeads, q4));
-    TRY(check_qkv("key", k, in_layout, dtype, n_kv, k4));
-    TRY(check_qkv("value", v, in_layout, dtype, n_kv, v4));
+    AH_TRY(check_qkv("query", query, in_layout, dtype, numHeads, q4));
+    AH_TRY(check_qkv("key", k, in_layout, dtype, n_kv, k4));
+    AH_TRY(check_qkv("value", v, in_layout, dtype, n_kv, v4));
     if (q4[2] != numHeads)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: query has %lld heads, numHeads is %lld",
                         FIA, (long long)q4[2], (long long)numHeads);
@@ -639,7 +633,7 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
 
     /* out: query's shape (BSND for BNSD_BSND), query's dtype */
     fia_layout out_layout = layout == LAYOUT_BNSD_BSND ? LAYOUT_BSND : layout;
-    TRY(check_qkv("attentionOut", attentionOut, out_layout, dtype, numHeads, o4));
+    AH_TRY(check_qkv("attentionOut", attentionOut, out_layout, dtype, numHeads, o4));
     if (memcmp(o4, q4, sizeof q4) != 0) {
         char a[96];
         return ah_error(ACLNN_ERR_PARAM_INVALID,
@@ -650,16 +644,16 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
     }
     int64_t s_kv = k4[1];
     if (pseShiftOptional)
-        TRY(check_pse(pseShiftOptional, dtype, q4, s_kv));
+        AH_TRY(check_pse(pseShiftOptional, dtype, q4, s_kv));
     if (attenMaskOptional)
-        TRY(check_mask(attenMaskOptional, q4, s_kv));
+        AH_TRY(check_mask(attenMaskOptional, q4, s_kv));
     if (softmaxLseFlag) {
         if (!softmaxLse)
             return ah_error(ACLNN_ERR_PARAM_NULLPTR,
                             "%s: softmaxLse is NULL while softmaxLseFlag is true", FIA);
-        TRY(ah_check_tensor(FIA, "softmaxLse", softmaxLse, AH_DTYPE_BIT(ACL_FLOAT), 4, 4));
+        AH_TRY(ah_check_tensor(FIA, "softmaxLse", softmaxLse, AH_DTYPE_BIT(ACL_FLOAT), 4, 4));
         int64_t want[4] = {q4[0], q4[2], q4[1], 1};
-        TRY(ah_check_shape(FIA, "softmaxLse", softmaxLse, want, 4, "(B, N, Sq, 1)"));
+        AH_TRY(ah_check_shape(FIA, "softmaxLse", softmaxLse, want, 4, "(B, N, Sq, 1)"));
         if (!ah_tensor_is_contiguous(softmaxLse))
             return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: softmaxLse must be contiguous", FIA);
     }

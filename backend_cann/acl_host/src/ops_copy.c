@@ -33,26 +33,20 @@ static aclError copy_run(const aclOpExecutor *ex, void *workspace) {
     return ACL_SUCCESS;
 }
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 AH_API aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *self, const aclDataType dtype,
                                              aclTensor *out, uint64_t *workspaceSize,
                                              aclOpExecutor **executor) {
     const char *op = "aclnnCast";
-    TRY(ah_check_tensor(op, "self", self, AH_DTYPES_REAL, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "out", out, AH_DTYPES_REAL, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, AH_DTYPES_REAL, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, AH_DTYPES_REAL, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (out->dtype != dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: dtype %s (%d) but out has dtype %s", op,
                         ah_dtype_name(dtype), (int)dtype, ah_dtype_name(out->dtype));
     if (self->dtype == ACL_BOOL && !ah_tensor_is_contiguous(self))
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: a BOOL self must be contiguous", op);
-    TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
     aclOpExecutor *ex = ah_executor_new(op, copy_run);
     if (!ex)
         return ACLNN_ERR_INNER;
@@ -71,13 +65,13 @@ AH_API aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const ac
                                                     uint64_t *workspaceSize,
                                                     aclOpExecutor **executor) {
     const char *op = "aclnnInplaceCopy";
-    TRY(ah_check_tensor(op, "selfRef", selfRef, AH_DTYPES_REAL, 1, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "src", src, AH_DTYPES_REAL, 1, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "selfRef", selfRef, AH_DTYPES_REAL, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "src", src, AH_DTYPES_REAL, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     int64_t dims[AH_OP_MAX_RANK];
     int ndim;
-    TRY(ah_check_broadcast(op, "selfRef", selfRef, "src", src, dims, &ndim));
-    TRY(ah_check_shape(op, "selfRef", selfRef, dims, ndim, "its broadcast with src"));
+    AH_TRY(ah_check_broadcast(op, "selfRef", selfRef, "src", src, dims, &ndim));
+    AH_TRY(ah_check_shape(op, "selfRef", selfRef, dims, ndim, "its broadcast with src"));
     aclOpExecutor *ex = ah_executor_new(op, copy_run);
     if (!ex)
         return ACLNN_ERR_INNER;

@@ -270,12 +270,6 @@ static aclnnStatus check_cast_to_out(const char *op, const char *out_name, aclDa
                     op, ah_dtype_name(compute), out_name, ah_dtype_name(out->dtype));
 }
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 /* self (op) other tensor -> out; inplace: out is self. alpha NULL for Mul. */
 static aclnnStatus binary_tensor_prepare(const char *op, bin_kind kind, const aclTensor *self,
@@ -283,13 +277,13 @@ static aclnnStatus binary_tensor_prepare(const char *op, bin_kind kind, const ac
                                          const aclTensor *out, bool inplace,
                                          uint64_t *workspaceSize, aclOpExecutor **executor) {
     const char *self_name = inplace ? "selfRef" : "self";
-    TRY(ah_check_tensor(op, self_name, self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "other", other, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, self_name, self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "other", other, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
     if (!inplace)
-        TRY(ah_check_tensor(op, "out", out, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+        AH_TRY(ah_check_tensor(op, "out", out, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
     if (kind == BIN_ADD && !alpha)
         return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: alpha is NULL", op);
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     binary_params bp = {.kind = kind, .alpha_f = 1.0, .alpha_i = 1};
     bp.compute = ah_promote_types(self->dtype, other->dtype);
     if (bp.compute == ACL_DT_UNDEFINED)
@@ -297,12 +291,12 @@ static aclnnStatus binary_tensor_prepare(const char *op, bin_kind kind, const ac
                         op, self_name, ah_dtype_name(self->dtype), ah_dtype_name(other->dtype));
     int64_t dims[AH_OP_MAX_RANK];
     int ndim;
-    TRY(ah_check_broadcast(op, self_name, self, "other", other, dims, &ndim));
-    TRY(ah_check_shape(op, inplace ? "selfRef" : "out", inplace ? self : out, dims, ndim,
+    AH_TRY(ah_check_broadcast(op, self_name, self, "other", other, dims, &ndim));
+    AH_TRY(ah_check_shape(op, inplace ? "selfRef" : "out", inplace ? self : out, dims, ndim,
                        "the broadcast shape"));
-    TRY(check_cast_to_out(op, inplace ? "selfRef" : "out", bp.compute, inplace ? self : out));
+    AH_TRY(check_cast_to_out(op, inplace ? "selfRef" : "out", bp.compute, inplace ? self : out));
     if (kind == BIN_ADD)
-        TRY(check_alpha(op, alpha, bp.compute, &bp));
+        AH_TRY(check_alpha(op, alpha, bp.compute, &bp));
     aclOpExecutor *ex = ah_executor_new(op, binary_run);
     if (!ex)
         return ACLNN_ERR_INNER;
@@ -318,18 +312,18 @@ static aclnnStatus binary_scalar_prepare(const char *op, bin_kind kind, const ac
                                          const aclScalar *other, const aclScalar *alpha,
                                          const aclTensor *out, uint64_t *workspaceSize,
                                          aclOpExecutor **executor) {
-    TRY(ah_check_tensor(op, "self", self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_scalar(op, "other", other, AH_DTYPES_ARITH));
-    TRY(ah_check_tensor(op, "out", out, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "self", self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_scalar(op, "other", other, AH_DTYPES_ARITH));
+    AH_TRY(ah_check_tensor(op, "out", out, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
     if (kind == BIN_ADD && !alpha)
         return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: alpha is NULL", op);
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     binary_params bp = {.kind = kind, .alpha_f = 1.0, .alpha_i = 1, .slot_other = -1};
     bp.compute = ah_promote_tensor_scalar(self->dtype, other->dtype);
-    TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
-    TRY(check_cast_to_out(op, "out", bp.compute, out));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
+    AH_TRY(check_cast_to_out(op, "out", bp.compute, out));
     if (kind == BIN_ADD)
-        TRY(check_alpha(op, alpha, bp.compute, &bp));
+        AH_TRY(check_alpha(op, alpha, bp.compute, &bp));
     ah_convert_value(other->dtype, other->value.bytes, bp.compute, bp.other_value);
     aclOpExecutor *ex = ah_executor_new(op, binary_run);
     if (!ex)

@@ -10,12 +10,6 @@
 
 #include "ah_nd.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 #define GATHER_DTYPES                                                                         \
     (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16) |            \
@@ -119,10 +113,10 @@ static aclError gather_run(const aclOpExecutor *ex, void *workspace) {
 static aclnnStatus gather_prepare(const char *op, bool any_index_rank, const aclTensor *self, int64_t dim,
                                   const aclTensor *index, aclTensor *out, uint64_t *workspaceSize,
                                   aclOpExecutor **executor) {
-    TRY(ah_check_tensor(op, "self", self, GATHER_DTYPES, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "index", index, INDEX_DTYPES, 0, any_index_rank ? AH_OP_MAX_RANK : 1));
-    TRY(ah_check_tensor(op, "out", out, GATHER_DTYPES, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, GATHER_DTYPES, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "index", index, INDEX_DTYPES, 0, any_index_rank ? AH_OP_MAX_RANK : 1));
+    AH_TRY(ah_check_tensor(op, "out", out, GATHER_DTYPES, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (out->dtype != self->dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out has dtype %s, expected self's %s", op, ah_dtype_name(out->dtype),
                         ah_dtype_name(self->dtype));
@@ -147,7 +141,7 @@ static aclnnStatus gather_prepare(const char *op, bool any_index_rank, const acl
     }
     if (n > AH_OP_MAX_RANK)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out would have rank %d > %d", op, n, AH_OP_MAX_RANK);
-    TRY(ah_check_shape(op, "out", out, dims, n, "self's shape with dim replaced by index's"));
+    AH_TRY(ah_check_shape(op, "out", out, dims, n, "self's shape with dim replaced by index's"));
     if (!any_index_rank && index->ndim == 0 && out->ndim != self->ndim)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out rank differs from self's", op);
     aclOpExecutor *ex = ah_executor_new(op, gather_run);
@@ -250,10 +244,10 @@ AH_API aclnnStatus aclnnRemainderTensorScalarGetWorkspaceSize(const aclTensor *s
     uint64_t in_types = AH_DTYPE_BIT(ACL_INT32) | AH_DTYPE_BIT(ACL_INT64) | AH_DTYPE_BIT(ACL_FLOAT16) |
                         AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_DOUBLE);
     uint64_t out_types = in_types | AH_DTYPE_BIT(ACL_UINT8) | AH_DTYPE_BIT(ACL_INT8) | AH_DTYPE_BIT(ACL_INT16);
-    TRY(ah_check_tensor(op, "self", self, in_types, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_scalar(op, "other", other, AH_DTYPES_ARITH));
-    TRY(ah_check_tensor(op, "out", out, out_types, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, in_types, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_scalar(op, "other", other, AH_DTYPES_ARITH));
+    AH_TRY(ah_check_tensor(op, "out", out, out_types, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     aclDataType compute = ah_promote_tensor_scalar(self->dtype, other->dtype);
     if (!(in_types & AH_DTYPE_BIT(compute)))
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: self %s and other %s promote to %s, not supported", op,
@@ -261,7 +255,7 @@ AH_API aclnnStatus aclnnRemainderTensorScalarGetWorkspaceSize(const aclTensor *s
     if (!ah_can_cast(compute, out->dtype))
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: cannot cast %s to out's %s", op, ah_dtype_name(compute),
                         ah_dtype_name(out->dtype));
-    TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
     aclOpExecutor *ex = ah_executor_new(op, rem_run);
     if (!ex)
         return ACLNN_ERR_INNER;

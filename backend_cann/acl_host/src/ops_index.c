@@ -12,12 +12,6 @@
 
 #include "ah_rows.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 #define INDEX_TYPES (AH_DTYPE_BIT(ACL_INT32) | AH_DTYPE_BIT(ACL_INT64))
 
@@ -74,10 +68,10 @@ AH_API aclnnStatus aclnnInplaceIndexCopyGetWorkspaceSize(aclTensor *selfRef, int
                            AH_DTYPE_BIT(ACL_INT32) | AH_DTYPE_BIT(ACL_INT64) | AH_DTYPE_BIT(ACL_INT16) |
                            AH_DTYPE_BIT(ACL_INT8) | AH_DTYPE_BIT(ACL_UINT8) | AH_DTYPE_BIT(ACL_DOUBLE) |
                            AH_DTYPE_BIT(ACL_BOOL);
-    TRY(ah_check_tensor(op, "selfRef", selfRef, types, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "index", index, INDEX_TYPES, 0, 1));
-    TRY(ah_check_tensor(op, "source", source, types, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "selfRef", selfRef, types, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "index", index, INDEX_TYPES, 0, 1));
+    AH_TRY(ah_check_tensor(op, "source", source, types, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (source->dtype != selfRef->dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: source dtype %s differs from selfRef dtype %s", op,
                         ah_dtype_name(source->dtype), ah_dtype_name(selfRef->dtype));
@@ -92,7 +86,7 @@ AH_API aclnnStatus aclnnInplaceIndexCopyGetWorkspaceSize(aclTensor *selfRef, int
         dims[i] = i == dim ? ah_tensor_numel(index) : selfRef->dims[i];
     if (selfRef->ndim == 0 && ah_tensor_numel(index) != 1)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: a 0-d selfRef takes one index", op);
-    TRY(ah_check_shape(op, "source", source, dims, selfRef->ndim,
+    AH_TRY(ah_check_shape(op, "source", source, dims, selfRef->ndim,
                        "selfRef's shape with len(index) along dim"));
     aclOpExecutor *ex = ah_executor_new(op, index_copy_run);
     if (!ex)
@@ -156,9 +150,9 @@ AH_API aclnnStatus aclnnArgMaxGetWorkspaceSize(const aclTensor *self, int64_t di
                                                aclTensor *out, uint64_t *workspaceSize,
                                                aclOpExecutor **executor) {
     const char *op = "aclnnArgMax";
-    TRY(ah_check_tensor(op, "self", self, AH_DTYPES_ARITH & ~AH_DTYPE_BIT(ACL_BOOL), 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "out", out, INDEX_TYPES, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, AH_DTYPES_ARITH & ~AH_DTYPE_BIT(ACL_BOOL), 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, INDEX_TYPES, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     int rank = self->ndim > 0 ? self->ndim : 1;
     if (dim < -rank || dim >= rank)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: dim %lld is outside [%d, %d] for self of rank %d",
@@ -175,7 +169,7 @@ AH_API aclnnStatus aclnnArgMaxGetWorkspaceSize(const aclTensor *self, int64_t di
         else if (keepdim)
             dims[nd++] = 1;
     }
-    TRY(ah_check_shape(op, "out", out, dims, nd, keepdim ? "self's shape with dim 1" : "self's shape without dim"));
+    AH_TRY(ah_check_shape(op, "out", out, dims, nd, keepdim ? "self's shape with dim 1" : "self's shape without dim"));
     aclOpExecutor *ex = ah_executor_new(op, argmax_run);
     if (!ex)
         return ACLNN_ERR_INNER;

@@ -11,12 +11,6 @@
 
 #include "ah_nd.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 #define FLOAT_OUT                                                                             \
     (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16) |            \
@@ -76,10 +70,10 @@ static aclError math_run(const aclOpExecutor *ex, void *workspace) {
 static aclnnStatus unary_prepare(const char *op, math_kind kind, const char *in_name,
                                  const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
                                  aclOpExecutor **executor) {
-    TRY(ah_check_tensor(op, in_name, self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "out", out, FLOAT_OUT, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
-    TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "the input's shape"));
+    AH_TRY(ah_check_tensor(op, in_name, self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, FLOAT_OUT, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "the input's shape"));
     aclOpExecutor *ex = ah_executor_new(op, math_run);
     if (!ex)
         return ACLNN_ERR_INNER;
@@ -116,10 +110,10 @@ AH_API aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTens
                                             aclTensor *out, uint64_t *workspaceSize,
                                             aclOpExecutor **executor) {
     const char *op = "aclnnDiv";
-    TRY(ah_check_tensor(op, "self", self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "other", other, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "out", out, FLOAT_OUT, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "other", other, AH_DTYPES_ARITH, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, FLOAT_OUT, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     aclDataType result = ah_promote_types(self->dtype, other->dtype);
     if (result == ACL_DT_UNDEFINED)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: self dtype %s and other dtype %s do not promote",
@@ -128,8 +122,8 @@ AH_API aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTens
         result = ACL_FLOAT;
     int64_t dims[AH_OP_MAX_RANK];
     int ndim;
-    TRY(ah_check_broadcast(op, "self", self, "other", other, dims, &ndim));
-    TRY(ah_check_shape(op, "out", out, dims, ndim, "the broadcast shape"));
+    AH_TRY(ah_check_broadcast(op, "self", self, "other", other, dims, &ndim));
+    AH_TRY(ah_check_shape(op, "out", out, dims, ndim, "the broadcast shape"));
     aclOpExecutor *ex = ah_executor_new(op, math_run);
     if (!ex)
         return ACLNN_ERR_INNER;

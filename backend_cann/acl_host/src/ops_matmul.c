@@ -17,12 +17,6 @@
 #include "ah_gemm.h"
 #include "ah_nd.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 #define MM_MAX_BATCH 4
 #define WQ_MIN_CHUNK_WEIGHTS 65536
@@ -205,10 +199,10 @@ static aclnnStatus mm_prepare(const char *op, int kind, const aclTensor *self, c
                               aclTensor *out, int8_t cubeMathType, uint64_t *workspaceSize,
                               aclOpExecutor **executor) {
     int lo = kind == 0 ? 2 : kind == 1 ? 3 : 1, hi = kind == 0 ? 2 : kind == 1 ? 3 : 6;
-    TRY(ah_check_tensor(op, "self", self, FLOAT_DTYPES, lo, hi));
-    TRY(ah_check_tensor(op, "mat2", mat2, FLOAT_DTYPES, lo, hi));
-    TRY(ah_check_tensor(op, "out", out, FLOAT_DTYPES, kind == 2 ? 0 : lo, hi));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, FLOAT_DTYPES, lo, hi));
+    AH_TRY(ah_check_tensor(op, "mat2", mat2, FLOAT_DTYPES, lo, hi));
+    AH_TRY(ah_check_tensor(op, "out", out, FLOAT_DTYPES, kind == 2 ? 0 : lo, hi));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (cubeMathType < 0 || cubeMathType > 3)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: cubeMathType %d is not one of 0..3", op, cubeMathType);
     bool a_bf = self->dtype == ACL_BF16, b_bf = mat2->dtype == ACL_BF16;
@@ -267,7 +261,7 @@ static aclnnStatus mm_prepare(const char *op, int kind, const aclTensor *self, c
         odims[on++] = g.m;
     if (bn > 1 || kind != 2)
         odims[on++] = g.n;
-    TRY(ah_check_shape(op, "out", out, odims, on, "the product's shape"));
+    AH_TRY(ah_check_shape(op, "out", out, odims, on, "the product's shape"));
     /* out is contiguous: its strides follow from the product shape */
     int64_t step = 1;
     if (bn > 1 || kind != 2) {
@@ -578,11 +572,11 @@ AH_API aclnnStatus aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(
     aclOpExecutor **executor) {
     const char *op = "aclnnWeightQuantBatchMatmulV2";
     uint64_t half = AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16);
-    TRY(ah_check_tensor(op, "x", x, half, 2, 2));
-    TRY(ah_check_tensor(op, "weight", weight, AH_DTYPE_BIT(ACL_INT8) | AH_DTYPE_BIT(ACL_INT4) | AH_DTYPE_BIT(ACL_INT32), 2, 2));
-    TRY(ah_check_tensor(op, "antiquantScale", antiquantScale, AH_DTYPES_REAL, 1, 2));
-    TRY(ah_check_tensor(op, "y", y, AH_DTYPES_REAL, 2, 2));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "x", x, half, 2, 2));
+    AH_TRY(ah_check_tensor(op, "weight", weight, AH_DTYPE_BIT(ACL_INT8) | AH_DTYPE_BIT(ACL_INT4) | AH_DTYPE_BIT(ACL_INT32), 2, 2));
+    AH_TRY(ah_check_tensor(op, "antiquantScale", antiquantScale, AH_DTYPES_REAL, 1, 2));
+    AH_TRY(ah_check_tensor(op, "y", y, AH_DTYPES_REAL, 2, 2));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (weight->dtype == ACL_INT32)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: weight: INT32-packed int4 is not implemented by acl_host", op);
     if (quantScaleOptional || quantOffsetOptional)
@@ -611,18 +605,18 @@ AH_API aclnnStatus aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantGroupSize %d must be 0 or a multiple of 32 in [32, k-1] (k = %lld)",
                         op, antiquantGroupSize, (long long)k);
     scale_mode mode = SCALE_TENSOR;
-    TRY(wq_check_param(op, "antiquantScale", antiquantScale, k, n, antiquantGroupSize, &mode));
+    AH_TRY(wq_check_param(op, "antiquantScale", antiquantScale, k, n, antiquantGroupSize, &mode));
     if (antiquantOffsetOptional) {
-        TRY(ah_check_tensor(op, "antiquantOffsetOptional", antiquantOffsetOptional, half, 1, 2));
+        AH_TRY(ah_check_tensor(op, "antiquantOffsetOptional", antiquantOffsetOptional, half, 1, 2));
         if (antiquantOffsetOptional->dtype != antiquantScale->dtype)
             return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantOffsetOptional dtype %s differs from antiquantScale's", op,
                             ah_dtype_name(antiquantOffsetOptional->dtype));
-        TRY(ah_check_shape(op, "antiquantOffsetOptional", antiquantOffsetOptional, antiquantScale->dims,
+        AH_TRY(ah_check_shape(op, "antiquantOffsetOptional", antiquantOffsetOptional, antiquantScale->dims,
                            antiquantScale->ndim, "antiquantScale's shape"));
     }
     if (biasOptional) {
         aclDataType bt = x->dtype == ACL_FLOAT16 ? ACL_FLOAT16 : ACL_FLOAT;
-        TRY(ah_check_tensor(op, "biasOptional", biasOptional, AH_DTYPE_BIT(bt), 1, 2));
+        AH_TRY(ah_check_tensor(op, "biasOptional", biasOptional, AH_DTYPE_BIT(bt), 1, 2));
         if (biasOptional->dims[biasOptional->ndim - 1] != n || (biasOptional->ndim == 2 && biasOptional->dims[0] != 1))
             return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: biasOptional must have shape (n,) or (1, n) with n = %lld", op,
                             (long long)n);
@@ -631,7 +625,7 @@ AH_API aclnnStatus aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: y has dtype %s, expected x's %s", op, ah_dtype_name(y->dtype),
                         ah_dtype_name(x->dtype));
     int64_t ydims[2] = {m, n};
-    TRY(ah_check_shape(op, "y", y, ydims, 2, "(m, n)"));
+    AH_TRY(ah_check_shape(op, "y", y, ydims, 2, "(m, n)"));
     aclOpExecutor *ex = ah_executor_new(op, wq_run);
     if (!ex)
         return ACLNN_ERR_INNER;

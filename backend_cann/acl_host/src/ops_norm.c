@@ -13,12 +13,6 @@
 
 #include "ah_rows.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 #define FLOAT_TYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
 
@@ -83,11 +77,11 @@ AH_API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTen
                                                 const aclTensor *rstdOut, uint64_t *workspaceSize,
                                                 aclOpExecutor **executor) {
     const char *op = "aclnnRmsNorm";
-    TRY(ah_check_tensor(op, "x", x, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "gamma", gamma, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "yOut", yOut, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "rstdOut", rstdOut, AH_DTYPE_BIT(ACL_FLOAT), 1, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "x", x, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "gamma", gamma, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "yOut", yOut, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "rstdOut", rstdOut, AH_DTYPE_BIT(ACL_FLOAT), 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     if (yOut->dtype != x->dtype)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: yOut dtype %s differs from x dtype %s", op,
                         ah_dtype_name(yOut->dtype), ah_dtype_name(x->dtype));
@@ -101,13 +95,13 @@ AH_API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTen
     if (n_norm > x->ndim)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: gamma has rank %d, more than x's %d", op,
                         n_norm, x->ndim);
-    TRY(ah_check_shape(op, "gamma", gamma, x->dims + (x->ndim - n_norm), n_norm,
+    AH_TRY(ah_check_shape(op, "gamma", gamma, x->dims + (x->ndim - n_norm), n_norm,
                        "the trailing dims of x"));
-    TRY(ah_check_shape(op, "yOut", yOut, x->dims, x->ndim, "x's shape"));
+    AH_TRY(ah_check_shape(op, "yOut", yOut, x->dims, x->ndim, "x's shape"));
     int64_t rdims[AH_OP_MAX_RANK];
     for (int i = 0; i < x->ndim; i++)
         rdims[i] = i < x->ndim - n_norm ? x->dims[i] : 1;
-    TRY(ah_check_shape(op, "rstdOut", rstdOut, rdims, x->ndim,
+    AH_TRY(ah_check_shape(op, "rstdOut", rstdOut, rdims, x->ndim,
                        "x's shape with the normalized dims set to 1"));
     aclOpExecutor *ex = ah_executor_new(op, rms_run);
     if (!ex)

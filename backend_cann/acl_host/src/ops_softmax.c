@@ -12,12 +12,6 @@
 
 #include "ah_rows.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        aclnnStatus st_ = (expr);                                                             \
-        if (st_ != ACLNN_SUCCESS)                                                             \
-            return st_;                                                                       \
-    } while (0)
 
 #define SOFTMAX_TYPES                                                                         \
     (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16) |            \
@@ -91,16 +85,16 @@ AH_API aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t d
                                                 aclTensor *out, uint64_t *workspaceSize,
                                                 aclOpExecutor **executor) {
     const char *op = "aclnnSoftmax";
-    TRY(ah_check_tensor(op, "self", self, SOFTMAX_TYPES, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_tensor(op, "out", out, SOFTMAX_TYPES, 0, AH_OP_MAX_RANK));
-    TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_tensor(op, "self", self, SOFTMAX_TYPES, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, SOFTMAX_TYPES, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
     int rank = self->ndim > 0 ? self->ndim : 1;
     if (dim < -rank || dim >= rank)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: dim %lld is outside [%d, %d] for self of rank %d",
                         op, (long long)dim, -rank, rank - 1, self->ndim);
     if (dim < 0)
         dim += rank;
-    TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
     aclOpExecutor *ex = ah_executor_new(op, softmax_run);
     if (!ex)
         return ACLNN_ERR_INNER;
