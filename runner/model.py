@@ -164,8 +164,9 @@ class Model:
 
     def _warm_up_op_caches(self):
         """Run one ROPE over n_batch positions on every device: the backend's per-stream sin/cos
-        tables reach their largest size now, so they are never reallocated under a graph that
-        graph capture (GGML_CANN_ACL_GRAPH) recorded with the old tables."""
+        tables reach their largest size now. A later, longer prompt would otherwise regrow them,
+        and regrowing a table drops every graph captured so far (GGML_CANN_ACL_GRAPH), so decode
+        would capture again."""
         hp = self.hparams
         for slot in self.sched.slots[:-1]:
             with be.Context(8) as ctx:
