@@ -259,6 +259,77 @@ static inline T5 void a5_i4lut(const int8_t *p, __m512 tab, __m512 *lo, __m512 *
 #undef VI8
 #undef VI4
 
+/* The decode case m = 1, INT4 on AVX-512: the same per-element sequence as quant_block (ah_gemm.h),
+ * specialised so the loop is branch-free: Q4_RN columns interleaved as independent load streams,
+ * the offset-shifted lookup table built once per (column, group), and for 32-element groups
+ * (g1) one flat loop over the blocks. 8 vector instructions per column and block. */
+#define Q4_RN 4
+static inline __attribute__((always_inline)) T5 void q4m1_block(const ah_gemm_quant *q, int64_t j0, int rn,
+                                                               bool offs, bool g1) {
+    enum { RN = Q4_RN };
+    const __m512 tab0 = a5_i4tab();
+    const int64_t nblk = q->kp / 32, gblk = g1 ? 1 : q->group / 32, ldw = q->ldw, lds = q->lds;
+    const uint8_t *w = (const uint8_t *)q->w + j0 * ldw;
+    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
+    const float *a = q->a;
+    /* see quant_block: prefetch AH_GEMM_PF_BYTES ahead, pf_step bytes per block */
+    const char *pf = (const char *)w + AH_GEMM_PF_BYTES;
+    const int64_t pf_step = ldw * rn / nblk;
+    __m512 tot[RN];
+    for (int c = 0; c < rn; c++)
+        tot[c] = _mm512_setzero_ps();
+    for (int64_t b0 = 0, g = 0; b0 < nblk; b0 += gblk, g++) {
+        const int64_t b1 = g1 ? b0 + 1 : (b0 + gblk < nblk ? b0 + gblk : nblk);
+        __m512 tab[RN], acc[RN];
+        for (int c = 0; c < rn; c++) {
+            tab[c] = offs ? _mm512_add_ps(tab0, _mm512_set1_ps(of[c * lds + g])) : tab0;
+            acc[c] = _mm512_setzero_ps();
+        }
+        for (int64_t blk = b0; blk < b1; blk++) {
+            if (g1 && pf_step <= 64)
+                __builtin_prefetch(pf + blk * pf_step);
+            else
+                for (int64_t off = 0; off < pf_step; off += 64)
+                    __builtin_prefetch(pf + blk * pf_step + off);
+            const __m512 alo = _mm512_loadu_ps(a + blk * 32), ahi = _mm512_loadu_ps(a + blk * 32 + 16);
+            for (int c = 0; c < rn; c++) {
+                __m512i nib = _mm512_cvtepu8_epi32(
+                    _mm_loadu_si128((const __m128i *)(const void *)(w + c * ldw + blk * 16)));
+                __m512 lo = _mm512_permutexvar_ps(nib, tab[c]);
+                __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(nib, 4), tab[c]);
+                acc[c] = _mm512_fmadd_ps(alo, lo, acc[c]);
+                acc[c] = _mm512_fmadd_ps(ahi, hi, acc[c]);
+            }
+        }
+        for (int c = 0; c < rn; c++)
+            tot[c] = _mm512_fmadd_ps(acc[c], _mm512_set1_ps(sc ? sc[c * lds + g] : 1.0f), tot[c]);
+    }
+    for (int c = 0; c < rn; c++)
+        q->c[j0 + c] = a5_reduce(tot[c]);
+}
+
+static inline __attribute__((always_inline)) T5 void q4m1_cols(const ah_gemm_quant *q, bool offs, bool g1) {
+    int64_t j = 0;
+    for (; j + Q4_RN <= q->n; j += Q4_RN)
+        q4m1_block(q, j, Q4_RN, offs, g1);
+    for (; j < q->n; j++)
+        q4m1_block(q, j, 1, offs, g1);
+}
+
+static T5 void q4m1_run_avx512(const ah_gemm_quant *q) {
+    if (q->group == 32) {
+        if (q->offsets)
+            q4m1_cols(q, true, true);
+        else
+            q4m1_cols(q, false, true);
+    } else {
+        if (q->offsets)
+            q4m1_cols(q, true, false);
+        else
+            q4m1_cols(q, false, false);
+    }
+}
+
 /* AVX2 level without FMA (rare) falls back to the portable code. */
 static int isa_level(void) {
     static int level = -1;
@@ -290,7 +361,12 @@ void ah_gemm_run_tile(const ah_gemm_tile *t) {
 void ah_gemm_run_quant(const ah_gemm_quant *q) {
 #ifdef AH_X86
     switch (isa_level()) {
-    case AH_ISA_AVX512: quant_run_avx512(q); return;
+    case AH_ISA_AVX512:
+        if (q->m == 1 && q->int4)
+            q4m1_run_avx512(q);
+        else
+            quant_run_avx512(q);
+        return;
     case AH_ISA_AVX2: quant_run_avx2(q); return;
     default: break;
     }
