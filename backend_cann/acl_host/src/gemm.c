@@ -86,21 +86,6 @@ static inline v16 s_i8(const int8_t *p) {
 #define VI8 s_i8
 #define VI4 S_I4
 #include "gemm_kernel.inc"
-#undef SFX
-#undef TGT
-#undef VT
-#undef MR
-#undef NR
-#undef QNR
-#undef VZERO
-#undef VLOAD
-#undef VSTORE
-#undef VSET1
-#undef VFMA
-#undef VADD
-#undef VREDUCE
-#undef VI8
-#undef VI4
 
 #ifdef AH_X86
 /* ---- AVX2 + FMA: two 8-lane halves (lanes 0-7, 8-15) ------------------------------------------- */
@@ -172,21 +157,6 @@ static inline T2 void a2_i4(const int8_t *p, v2x8 *lo, v2x8 *hi) {
 #define VI8 a2_i8
 #define VI4(p, lo, hi) a2_i4((p), &(lo), &(hi))
 #include "gemm_kernel.inc"
-#undef SFX
-#undef TGT
-#undef VT
-#undef MR
-#undef NR
-#undef QNR
-#undef VZERO
-#undef VLOAD
-#undef VSTORE
-#undef VSET1
-#undef VFMA
-#undef VADD
-#undef VREDUCE
-#undef VI8
-#undef VI4
 
 /* ---- AVX-512 ------------------------------------------------------------------------------------- */
 #define T5 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
@@ -241,23 +211,6 @@ static inline T5 void a5_i4lut(const int8_t *p, __m512 tab, __m512 *lo, __m512 *
 #define VI4TAB a5_i4tab
 #define VI4LUT(p, tab, lo, hi) a5_i4lut((p), (tab), &(lo), &(hi))
 #include "gemm_kernel.inc"
-#undef VI4TAB
-#undef VI4LUT
-#undef SFX
-#undef TGT
-#undef VT
-#undef MR
-#undef NR
-#undef QNR
-#undef VZERO
-#undef VLOAD
-#undef VSTORE
-#undef VSET1
-#undef VFMA
-#undef VADD
-#undef VREDUCE
-#undef VI8
-#undef VI4
 
 /* The decode case m = 1, INT4 on AVX-512: the same per-element sequence as quant_block (ah_gemm.h),
  * specialised so the loop is branch-free: Q4_RN columns interleaved as independent load streams,
