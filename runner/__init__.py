@@ -12,11 +12,12 @@ _BACKEND_NAMES = (
     "Op", "Registry", "Status", "Tensor", "TensorType", "check", "runtime_name",
 )
 
-__all__ = ["__version__", "load", "Model", "ContextFullError", *_BACKEND_NAMES]
+__all__ = ["__version__", "load", "Model", "ContextFullError", "NonFiniteLogitsError",
+           *_BACKEND_NAMES]
 
 
 def __getattr__(name):
-    if name in ("load", "Model", "ContextFullError"):
+    if name in ("load", "Model", "ContextFullError", "NonFiniteLogitsError"):
         from . import model
         return getattr(model, name)
     if name in _BACKEND_NAMES:

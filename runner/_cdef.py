@@ -144,6 +144,8 @@ clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void
 clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
 
+clm_status clm_find_nonfinite(int32_t type, const void *data, int64_t n_elements, int64_t *first_bad);
+
 clm_status clm_context_new(size_t max_tensors, clm_context **out);
 void clm_context_free(clm_context *ctx);
 size_t clm_context_n_tensors(const clm_context *ctx);

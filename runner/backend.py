@@ -112,6 +112,21 @@ def convert(src_type: int, src, dst_type: int, dst=None, n_elements: int | None 
     return dst
 
 
+def find_nonfinite(src_type: int, src, n_elements: int | None = None) -> int:
+    """Index of the first non-finite value in ggml bytes of src_type: the element for float types,
+    the block (whose scale / min is NaN or inf) for quantized ones; -1 when all are finite."""
+    src = np.frombuffer(src, dtype=np.uint8) if not isinstance(src, np.ndarray) else src
+    if n_elements is None:
+        block, size = type_traits(src_type)
+        n_elements = src.nbytes // size * block if size else 0
+    if src.nbytes < _row_bytes(src_type, n_elements):
+        raise ValueError(f"find_nonfinite: buffer too small for {n_elements} elements")
+    first = ffi.new("int64_t *")
+    check(lib.clm_find_nonfinite(int(src_type), ffi.from_buffer(src), n_elements, first),
+          "clm_find_nonfinite")
+    return int(first[0])
+
+
 def quantize_f32(dst_type: int, values) -> np.ndarray:
     """float32 values -> ggml bytes of dst_type (F32/F16/BF16/Q8_0/Q4_0/Q4_1), ggml's rounding."""
     values = np.ascontiguousarray(values, dtype=np.float32)

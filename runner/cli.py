@@ -271,6 +271,8 @@ def add_diff_command(commands) -> None:
                       "tensors (default: per op in isolated mode, 1e-3 in chained mode)")
     diff.add_argument("--dump", metavar="DIR", help="write the tensors (npz + manifest.json): "
                       "DIR/a and DIR/b, or DIR with --print")
+    diff.add_argument("--no-check", action="store_true",
+                      help="load weights that hold NaN/inf values (to diff a corrupt file)")
     diff.add_argument("--compare", nargs=2, metavar=("DUMP_A", "DUMP_B"),
                       help="compare two dump directories instead of running a model")
     diff.add_argument("--print", action="store_true", help="print every tensor of backend A "

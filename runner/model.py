@@ -22,7 +22,7 @@ from .kv_cache import ContextFullError, KVCache
 from .loader import open_gguf
 from .sched import DeviceSlot, Scheduler
 
-__all__ = ["load", "Model", "ContextFullError", "Batch"]
+__all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch"]
 
 _MAX_GRAPHS = 8
 
@@ -69,21 +69,43 @@ class Batch:
         return cls(tokens, np.arange(start_pos, start_pos + n), np.full(n, seq_id), out)
 
 
+class NonFiniteLogitsError(RuntimeError):
+    """A forward pass produced NaN or inf logits: never sampled as a token."""
+
+
 def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
-         convert=None, verbose=False, log=None) -> "Model":
-    """Load a GGUF model (path None: the default model, fetched on first use)."""
+         convert=None, verbose=False, log=None, check_weights=True) -> "Model":
+    """Load a GGUF model (path None: the default model, fetched on first use); check_weights:
+    refuse weights with NaN/inf values or scales (a corrupt file) at load."""
     if path is None:
         from .models import default_model_path
         path = default_model_path(download=True)
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
-                 flash_attn=flash_attn, convert=convert, verbose=verbose, log=log)
+                 flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
+                 check_weights=check_weights)
+
+
+def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
+    """NonFiniteLogitsError naming the first row (position, sequence) with a NaN or inf."""
+    if np.isfinite(logits.sum(axis=1)).all():   # a finite sum: every value is finite
+        return
+    bad = np.flatnonzero(~np.isfinite(logits).all(axis=1))
+    if len(bad) == 0:                            # finite values whose sum overflowed
+        return
+    row = int(bad[0])
+    n_bad = int((~np.isfinite(logits[row])).sum())
+    raise NonFiniteLogitsError(
+        f"the logits at position {int(pos[row])} (sequence {int(seq_ids[row])}) hold {n_bad} "
+        f"NaN/inf values: a weight or an op went bad; `cann-llm diff {path} -p PROMPT` finds "
+        f"the first tensor that did")
 
 
 class Model:
     """A loaded model. Not thread-safe: one forward pass at a time."""
 
     def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
-                 flash_attn=True, convert=None, verbose=False, log=None, decline=()):
+                 flash_attn=True, convert=None, verbose=False, log=None, decline=(),
+                 check_weights=True):
         t0 = time.perf_counter()
         import sys
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -141,10 +163,10 @@ class Model:
 
         try:
             self.weights = load_weights(self.gguf, buffer_type_for, convert=convert,
-                                        log=self._log)
-        except be.CannError as exc:
+                                        log=self._log, check=check_weights)
+        except BaseException as exc:
             self.sched.close()
-            if exc.status == be.Status.ERR_OUT_OF_MEMORY:
+            if isinstance(exc, be.CannError) and exc.status == be.Status.ERR_OUT_OF_MEMORY:
                 raise MemoryError(f"{path}: the weights do not fit in device memory: "
                                   f"{exc.message}") from None
             raise
@@ -221,7 +243,8 @@ class Model:
     def decode(self, batch: Batch, eval_callback=None) -> np.ndarray | None:
         """Run a batch (micro-batches of n_batch tokens): its K/V enter the cache, the rows
         flagged in batch.logits come back as float32 [n_outputs, n_vocab] (None when an
-        eval_callback stopped the run)."""
+        eval_callback stopped the run). NaN/inf logits raise NonFiniteLogitsError, except under
+        an eval_callback, which sees the raw values."""
         n = len(batch)
         if n == 0:
             return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
@@ -262,8 +285,12 @@ class Model:
         if result is None:
             return None
         logits = result["logits"].reshape(-1, self.hparams.n_vocab)
-        return logits[:len(np.flatnonzero(want))].copy() if want.any() else \
-            np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
+        if not want.any():
+            return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
+        logits = logits[:len(out_ids)].copy()
+        if eval_callback is None:   # an eval callback (the diff tool) inspects the raw values
+            _check_logits(logits, pos[out_ids], seq_ids[out_ids], self.gguf.path)
+        return logits
 
     def logits(self, ids, eval_callback=None) -> np.ndarray | None:
         """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence.

@@ -50,6 +50,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="attention through FLASH_ATTN_EXT (on, default) or SOFT_MAX (off)")
     p.add_argument("--convert", default=None, metavar="TYPE",
                    help="convert weights the device cannot hold to TYPE at load (Q8_0, Q4_1, ...)")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the load-time check that weights hold no NaN/inf (a corrupt file)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print load details, graph splits and compute buffer sizes")
 
@@ -90,7 +92,7 @@ def load_model(args, path: str):
     device = _check_model_arguments(args)
     kwargs = dict(device=device, n_ctx=args.ctx_size, n_threads=args.threads,
                   n_batch=args.batch_size, flash_attn=args.flash_attn == "on",
-                  convert=args.convert, verbose=args.verbose)
+                  convert=args.convert, verbose=args.verbose, check_weights=not args.no_check)
     load = getattr(cann_llm, "load", None)
     if load is None:                      # before __init__ re-exports it
         from .model import load

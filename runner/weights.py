@@ -12,6 +12,10 @@ converted chunk by chunk in C (backend.convert -> clm_convert): Q4_K onto Q4_1 b
 rest to Q8_0. The
 `convert` argument instead converts every weight matrix (2-D or more) to the given type;
 1-D tensors (norms, biases) always stay as they are.
+
+Each chunk is checked for non-finite values (F32/F16/BF16 elements, quantized blocks' scales and
+mins: backend.find_nonfinite) while it is in cache on its way up, so a corrupt file is a GGUFError
+naming the tensor and the first bad block rather than NaN logits later (check=False skips it).
 """
 
 from __future__ import annotations
@@ -139,9 +143,35 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert):
     return tensors, buffers
 
 
-def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int) -> int:
-    """Stream info.data (ggml bytes in the map) into tensor, converting when the types differ.
-    Returns the number of source bytes read."""
+def _check_finite(info: TensorInfo, chunk, first_row: int, n_rows: int) -> None:
+    """GGUFError when a chunk of whole rows of info (ggml bytes) holds a non-finite value."""
+    first = backend.find_nonfinite(info.type, chunk, n_rows * info.ne[0])
+    if first < 0:
+        return
+    block = GGML_QUANT_SIZES[T(info.type)][0]
+    per_row = info.ne[0] // block
+    index = first_row * per_row + first
+    row, col = divmod(index, per_row)
+    if block == 1:
+        where = f"element {index} (row {row}, column {col}) is {_value(info.type, chunk, first)}"
+    else:
+        where = (f"block {index} (row {row}, elements {col * block}..{col * block + block - 1}) has "
+                 f"a non-finite scale or min")
+    raise GGUFError(f"tensor {info.name!r} ({type_name(info.type)}): {where}; the file is corrupt "
+                    f"(load with check=False / --no-check to skip this check)")
+
+
+def _value(ttype: int, chunk, i: int) -> str:
+    dtype = {T.F32: np.float32, T.F16: np.float16}.get(T(ttype))
+    if dtype is None:  # BF16: the high half of an F32
+        bits = int(np.frombuffer(chunk, dtype=np.uint16, count=1, offset=2 * i)[0])
+        return str(np.float32(np.uint32(bits << 16).view(np.float32)))
+    return str(np.frombuffer(chunk, dtype=dtype, count=1, offset=i * np.dtype(dtype).itemsize)[0])
+
+
+def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: bool = True) -> int:
+    """Stream info.data (ggml bytes in the map) into tensor, converting when the types differ,
+    checking each chunk for non-finite values first (check). Returns the source bytes read."""
     src_block, src_size = GGML_QUANT_SIZES[T(info.type)]
     dst_type = int(tensor.type)
     dst_block, dst_size = GGML_QUANT_SIZES[T(dst_type)]
@@ -153,22 +183,28 @@ def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int) -> int:
     if dst_type == info.type:
         for r in range(0, n_rows, rows):
             n = min(rows, n_rows - r)
-            tensor.write_bytes(data[r * src_row:(r + n) * src_row], r * src_row)
+            chunk = data[r * src_row:(r + n) * src_row]
+            if check:
+                _check_finite(info, chunk, r, n)
+            tensor.write_bytes(chunk, r * src_row)
         return info.nbytes
     out = np.empty(min(rows, n_rows) * dst_row, dtype=np.uint8)
     for r in range(0, n_rows, rows):
         n = min(rows, n_rows - r)
         dst = out[:n * dst_row]
-        backend.convert(info.type, data[r * src_row:(r + n) * src_row], dst_type, dst,
-                        n * info.ne[0])
+        chunk = data[r * src_row:(r + n) * src_row]
+        if check:
+            _check_finite(info, chunk, r, n)
+        backend.convert(info.type, chunk, dst_type, dst, n * info.ne[0])
         tensor.write_bytes(dst, r * dst_row)
     return info.nbytes
 
 
 def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.BufferType],
                  convert: int | str | None = None, log=print,
-                 chunk_bytes: int = CHUNK_BYTES) -> WeightStore:
-    """Place and upload every tensor of `gguf` (see the module docstring)."""
+                 chunk_bytes: int = CHUNK_BYTES, check: bool = True) -> WeightStore:
+    """Place and upload every tensor of `gguf` (see the module docstring); check: refuse
+    non-finite weights."""
     if convert is not None:
         convert = parse_type(convert)
     t0 = time.perf_counter()
@@ -185,7 +221,9 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
             tensor = tensors[name]
             t1 = time.perf_counter()
             try:
-                bytes_read += _upload(tensor, info, chunk_bytes)
+                bytes_read += _upload(tensor, info, chunk_bytes, check)
+            except GGUFError as exc:
+                raise GGUFError(f"{gguf.path}: {exc}") from None
             except backend.CannError as exc:
                 raise backend.CannError(exc.status, f"{gguf.path}: tensor {name!r}: "
                                         f"{exc.message}") from None

@@ -162,6 +162,10 @@ clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void
                        int64_t n_elements);
 clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
+/* The first non-finite value of ggml-format data (src/core/finite.c): *first_bad is the element
+ * index for F32/F16/BF16, the block index of the first block whose scale / min / sum is NaN or
+ * inf for the quantized types, or -1 when every value is finite. */
+clm_status clm_find_nonfinite(int32_t type, const void *data, int64_t n_elements, int64_t *first_bad);
 
 /* ---- contexts and tensors (metadata only; data is placed by clm_tensor_alloc) ------------- */
 clm_status clm_context_new(size_t max_tensors, clm_context **out);

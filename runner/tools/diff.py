@@ -424,7 +424,8 @@ def main_args(args) -> int:
     dev_a = _check_device(args.a)
     dev_b = None if args.print else _check_device(args.b)
     path = _model_path(args.model)
-    kw = dict(flash_attn=not args.no_fa, log=lambda msg: print(msg, file=sys.stderr))
+    kw = dict(flash_attn=not args.no_fa, log=lambda msg: print(msg, file=sys.stderr),
+              check_weights=not args.no_check)
     model_a = load(path, device=dev_a, n_ctx=args.ctx_size, **kw)
     models = [model_a]
     try:
