@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as QT
 
 import cann_llm
 from cann_llm import ContextFullError
@@ -170,3 +171,23 @@ def test_out_of_device_memory(default_path):
     r = run_python(code, env={"CANN_LLM_HOST_MEMORY": "32M"})
     assert r.returncode == 0, r.stderr
     assert "ERR" in r.stdout and "memory" in r.stdout.lower()
+
+
+@pytest.mark.parametrize("wtype", [QT.Q8_0, QT.Q4_1, QT.F16])
+def test_large_vocabulary_logits_for_every_row(tmp_path, wtype):
+    """A qwen2-shaped model whose output projection has more than 65535 rows (the
+    WeightQuantBatchMatmulV2 column limit: the backend splits it): logits for every prompt row,
+    and for a batch of sequences, agree with the CPU reference."""
+    path = write_tiny_model(tmp_path / "v.gguf", arch="qwen2", n_embd=64, n_layer=1, n_head=4,
+                            n_head_kv=2, n_ff=128, n_vocab=70016, weight_type=wtype, tied=False)
+    ids = [1, 7, 42, 69999, 65535, 65536, 3]
+    with Model(path, n_ctx=64) as dev, Model(path, device="CPU", n_ctx=64) as cpu:
+        assert dev.hparams.n_vocab == 70016
+        a, b = dev.logits(ids), cpu.logits(ids)
+        assert a.shape == (len(ids), 70016)
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-3)
+        batch = Batch([5, 6, 7], [0, 0, 0], [0, 1, 2], [True, True, True])
+        dev.kv.clear()
+        rows = dev.decode(batch)
+        for s, tok in enumerate([5, 6, 7]):
+            np.testing.assert_array_equal(rows[s], dev.logits([tok])[0])   # batch-invariant

@@ -2,7 +2,8 @@
 
     path = write_tiny_model(tmp_path / "m.gguf", arch="qwen2", vocab="qwen2", weight_type=Q8_0)
 
-`vocab` is None (a synthetic 300-token SentencePiece-style vocabulary: fast), or the name of a
+`vocab` is None (a synthetic SentencePiece-style vocabulary of n_vocab tokens, 300 by default:
+fast), or the name of a
 real vocabulary in shared/reference/tokenizer ("llama-spm", "llama-bpe", "qwen2", "gpt-2"),
 whose tokenizer.* keys are copied (n_vocab then follows the vocabulary: large embeddings).
 Weights are random normal * 0.02 (norms near 1), quantized with gguf.quants for the kept types;
@@ -61,11 +62,11 @@ def random_blocks(qtype: int, n_elements: int, rng: np.random.Generator) -> np.n
     return raw.reshape(-1)
 
 
-def _synthetic_vocab() -> dict:
+def _synthetic_vocab(n_tokens: int = 300) -> dict:
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
     tokens += ["\u2581" + w for w in ("the", "a", "hello", "world", "is", "of", "and", "to")]
     tokens += [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    tokens += [f"tok{i}" for i in range(300 - len(tokens))]
+    tokens += [f"tok{i}" for i in range(n_tokens - len(tokens))]
     types = [2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259)
     return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default",
             "tokenizer.ggml.tokens": tokens,
@@ -138,11 +139,11 @@ def write_tiny_model(path, arch: str = "llama", vocab: str | None = None, n_embd
                      tied: bool = True, seed: int = 0, rms_eps: float = 1e-5,
                      rope_freq_base: float = 10000.0, types: dict | None = None,
                      shapes: dict | None = None, drop=(), kv: dict | None = None,
-                     chat_template: str | None = None) -> pathlib.Path:
+                     chat_template: str | None = None, n_vocab: int = 300) -> pathlib.Path:
     """Write a random-weight llama/qwen2 GGUF at `path` and return the path (see module doc)."""
     path = pathlib.Path(path)
     rng = np.random.default_rng(seed)
-    meta = _synthetic_vocab() if vocab is None else _real_vocab(vocab)
+    meta = _synthetic_vocab(n_vocab) if vocab is None else _real_vocab(vocab)
     n_vocab = len(meta["tokenizer.ggml.tokens"])
     head_dim = n_embd // n_head
     w = GGUFWriter(str(path), arch)
