@@ -14,19 +14,10 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _find_shared() -> pathlib.Path:
-    """The project's shared material: $CANN_LLM_SHARED, else shared/ beside the checkout (as CI
-    places it) or in a parent directory."""
-    if os.environ.get("CANN_LLM_SHARED"):
-        return pathlib.Path(os.environ["CANN_LLM_SHARED"])
-    for parent in REPO_ROOT.parents:
-        if (parent / "shared" / "reference").is_dir():
-            return parent / "shared"
-    return REPO_ROOT.parent / "shared"
-
-
-SHARED = _find_shared()
-REFERENCE = SHARED / "reference"
+# Test data lives in tests/data (see its README) or is fetched from a package registry: the
+# default model (cann_llm.models) and llama.cpp's tokenizer vectors (llama_cpp_data.py).
+DATA = REPO_ROOT / "tests" / "data"
+GOLDEN_Q4_1 = DATA / "golden_smollm2-q4_1.json"
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Agreement with llama.cpp on the default model, teacher forced, from two references:
 
-- shared/reference/golden_smollm2-q4_1.json: llama.cpp on the Q4_1 file itself. Its CPU build
+- tests/data/golden_smollm2-q4_1.json: llama.cpp on the Q4_1 file itself. Its CPU build
   quantizes activations to 8 bits (Q8_1 / Q8_0) inside every quantized matmul, which moves its
   log-probs a median ~0.07 from exact arithmetic. llama.cpp run on the same weights widened to F16
   differs from this file by just as much (docs/runner.md has the numbers), so here we check the
@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import cann_llm
-from conftest import REFERENCE
+from conftest import GOLDEN_Q4_1 as GOLDEN_Q4_1_PATH
 
-GOLDEN_Q4_1 = json.loads((REFERENCE / "golden_smollm2-q4_1.json").read_text())
+GOLDEN_Q4_1 = json.loads(GOLDEN_Q4_1_PATH.read_text())
 GOLDEN_F16 = json.loads((pathlib.Path(__file__).parent / "data" / "golden_smollm2-f16.json").read_text())
 
 

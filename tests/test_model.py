@@ -14,10 +14,9 @@ from cann_llm import ContextFullError
 from cann_llm.backend import Op
 from cann_llm.model import Batch, Model
 
-from conftest import REFERENCE, run_python
+from conftest import GOLDEN_Q4_1 as GOLDEN, run_python
 from tiny_models import write_tiny_model
 
-GOLDEN = REFERENCE / "golden_smollm2-q4_1.json"
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Tokenizer: token-exact with llama.cpp on its vocabulary test vectors and on the golden file.
 
-Vectors: shared/reference/tokenizer/ggml-vocab-<name>.gguf.inp/.out (tokenized without BOS and
-with special-token parsing off, as llama.cpp's test-tokenizer-0 does). Golden: the "tokenize"
-cases of shared/reference/golden_smollm2-q4_1.json on the default model (add_bos false,
+Vectors: llama.cpp's ggml-vocab-<name>.gguf.inp/.out (fetched by llama_cpp_data.py; tokenized
+without BOS and with special-token parsing off, as llama.cpp's test-tokenizer-0 does). Golden: the
+"tokenize" cases of tests/data/golden_smollm2-q4_1.json on the default model (add_bos false,
 parse_special true). The default model is found or fetched by cann_llm.models.
 """
 
@@ -19,9 +19,9 @@ from cann_llm.pretokenize import UnknownPreTokenizer, bytes_to_unicode, pre_toke
 from cann_llm.tokenizer import TokenAttr, Tokenizer, TokenizerError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-from conftest import SHARED  # noqa: E402
-VOCAB_DIR = SHARED / "reference" / "tokenizer"
-GOLDEN = SHARED / "reference" / "golden_smollm2-q4_1.json"
+from conftest import GOLDEN_Q4_1 as GOLDEN  # noqa: E402
+from llama_cpp_data import vocab_dir  # noqa: E402
+VOCAB_DIR = vocab_dir()
 VOCABS = ["llama-spm", "llama-bpe", "qwen2", "gpt-2"]
 N_VECTORS = 46  # per vocabulary; a changed file must be looked at, not silently accepted
 

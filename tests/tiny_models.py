@@ -4,7 +4,7 @@
 
 `vocab` is None (a synthetic SentencePiece-style vocabulary of n_vocab tokens, 300 by default:
 fast), or the name of a
-real vocabulary in shared/reference/tokenizer ("llama-spm", "llama-bpe", "qwen2", "gpt-2"),
+real llama.cpp vocabulary ("llama-spm", "llama-bpe", "qwen2", "gpt-2"; llama_cpp_data.py),
 whose tokenizer.* keys are copied (n_vocab then follows the vocabulary: large embeddings).
 Weights are random normal * 0.02 (norms near 1), quantized with gguf.quants for the kept types;
 K-quant types (Q4_K, Q6_K, ...) get random blocks with sane fp16 scales (random_blocks).
@@ -19,15 +19,13 @@ import pathlib
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT, GGUFValueType, GGUFWriter, quants
 
-from conftest import REFERENCE
+from llama_cpp_data import vocab_dir
 
-VOCAB_DIR = REFERENCE / "tokenizer"
-
-__all__ = ["write_tiny_model", "random_blocks", "vocab_path", "VOCAB_DIR"]
+__all__ = ["write_tiny_model", "random_blocks", "vocab_path"]
 
 
 def vocab_path(name: str) -> pathlib.Path:
-    return VOCAB_DIR / f"ggml-vocab-{name}.gguf"
+    return vocab_dir() / f"ggml-vocab-{name}.gguf"
 
 
 def random_blocks(qtype: int, n_elements: int, rng: np.random.Generator) -> np.ndarray:
