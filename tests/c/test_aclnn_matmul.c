@@ -328,8 +328,33 @@ static void test_wq_errors(void) {
           ACLNN_ERR_PARAM_INVALID);
     CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s32, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
           ACLNN_ERR_PARAM_INVALID);
+    /* y must be contiguous: a (m, n) view with row stride 2n (one chunk of a wider output) is refused */
+    int64_t ys_wide[2] = {2 * n, 1};
+    aclTensor *ywide = tensor(yd, 2, ACL_FLOAT16, ys_wide, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s, NULL, NULL, NULL, NULL, 32, ywide, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "y must be contiguous") != NULL);
+    /* ... but one row of it is contiguous */
+    int64_t yd1[2] = {1, n}, xd1[2] = {1, k};
+    aclTensor *yrow = tensor(yd1, 2, ACL_FLOAT16, ys_wide, buf), *x1 = tensor(xd1, 2, ACL_FLOAT16, NULL, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x1, w, s, NULL, NULL, NULL, NULL, 32, yrow, &ws, &ex) == 0);
+    CHECK(aclDestroyAclOpExecutor(ex) == 0 || 1);
+    /* n (and k) must lie in [1, 65535] */
+    int64_t nbig = 65536, wdb[2] = {k, nbig}, sdb[2] = {2, nbig}, ydb[2] = {m, nbig};
+    aclTensor *wb = tensor(wdb, 2, ACL_INT4, wst, buf), *sb = tensor(sdb, 2, ACL_FLOAT16, sst, buf);
+    aclTensor *yb = tensor(ydb, 2, ACL_FLOAT16, NULL, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, wb, sb, NULL, NULL, NULL, NULL, 32, yb, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "65535") != NULL);
+    /* a non-contiguous scale must be a transposed view */
+    int64_t sst_bad[2] = {2 * n, 2};
+    aclTensor *sstr = tensor(sd, 2, ACL_FLOAT16, sst_bad, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, sstr, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
     CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) == 0);
     CHECK(aclDestroyAclOpExecutor(ex) == 0 || 1);
+    aclDestroyTensor(ywide), aclDestroyTensor(yrow), aclDestroyTensor(x1), aclDestroyTensor(wb);
+    aclDestroyTensor(sb), aclDestroyTensor(yb), aclDestroyTensor(sstr);
     aclDestroyTensor(x), aclDestroyTensor(w), aclDestroyTensor(s), aclDestroyTensor(y);
     aclDestroyTensor(sbad), aclDestroyTensor(xbad), aclDestroyTensor(s32);
     aclrtFree(buf);

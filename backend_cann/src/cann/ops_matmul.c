@@ -9,7 +9,8 @@
  * to a contiguous F16 temporary, one aclnnWeightQuantBatchMatmulV2 per (batch slice, chunk of at
  * most 65535 columns) with the quants as a transposed INT8 / INT4 view (K, N) strides (1, K), the
  * scales as a (K/32, N) view strides (1, K/32), group 32 when K > 32 else per-channel, Q4_1's
- * offsets as antiquantOffset; F16 output cast to the F32 dst.
+ * offsets as antiquantOffset; F16 output cast to the F32 dst (per chunk when M > 1 and N is split,
+ * since the operator's y must be contiguous).
  */
 #include "cann/cann_common.h"
 #include "cann/quant_layout.h"
@@ -163,11 +164,15 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
     int64_t kg = K / CANN_QL_BLOCK; /* groups per column */
     int group = K > CANN_QL_BLOCK ? CANN_QL_BLOCK : 0;
 
+    /* y must be contiguous: a column chunk of a multi-row output is not, so with M > 1 and
+     * N > WQ_MAX_N each chunk goes to a contiguous (M, nc) temporary cast into its place in dst;
+     * otherwise (decode M = 1, or one chunk) the F16 result is one temporary cast at the end */
+    bool per_chunk = M > 1 && N > WQ_MAX_N;
     cann_temp xt = {0}, yt = {0};
     void *xdata;
     clm_status st = activations_as(ctx, x, CLM_TYPE_F16, &xt, &xdata);
     if (st != CLM_OK) return st;
-    st = cann_temp_alloc(ctx, (size_t)clm_nelements(dst) * 2, &yt);
+    st = cann_temp_alloc(ctx, (size_t)(per_chunk ? M * WQ_MAX_N : clm_nelements(dst)) * 2, &yt);
     if (st != CLM_OK) {
         cann_temp_free(&xt);
         return st;
@@ -180,11 +185,12 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
                 int64_t nc = N - n0 < WQ_MAX_N ? N - n0 : WQ_MAX_N;
                 int64_t xd[2] = {M, K}, xs[2] = {K, 1};
                 int64_t wd[2] = {K, nc}, ws[2] = {1, K};
-                int64_t yd[2] = {M, nc}, ys[2] = {N, 1};
+                int64_t yd[2] = {M, nc}, ys[2] = {per_chunk ? nc : N, 1};
+                int64_t y_off = per_chunk ? 0 : batch * M * N + n0;
                 int64_t p_off = slice * N * kg + n0 * kg;
                 aclTensor *ax = acl_view(xdata, ACL_FLOAT16, 2, xd, xs, batch * M * K);
                 aclTensor *aw = acl_view(base, wdt, 2, wd, ws, slice * N * K + n0 * K);
-                aclTensor *ay = acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, batch * M * N + n0);
+                aclTensor *ay = acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, y_off);
                 aclTensor *as, *ao = NULL;
                 if (group) {
                     int64_t sd[2] = {kg, nc}, ss[2] = {1, kg};
@@ -200,11 +206,18 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
                 } else {
                     st = CANN_ACLNN(ctx, WeightQuantBatchMatmulV2, ax, aw, as, ao, NULL, NULL, NULL, group, ay);
                 }
+                if (st == CLM_OK && per_chunk) { /* the chunk into dst's columns [n0, n0 + nc) */
+                    int64_t ds[2] = {N, 1};
+                    aclTensor *ad = acl_view(dst->data, ACL_FLOAT, 2, yd, ds, batch * M * N + n0);
+                    st = ad ? CANN_ACLNN(ctx, Cast, ay, ACL_FLOAT, ad)
+                            : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: cannot describe the result");
+                    cann_destroy_tensors(1, ad);
+                }
                 cann_destroy_tensors(5, ax, aw, ay, as, ao);
             }
         }
     }
-    if (st == CLM_OK) st = cast_to_dst(ctx, yt.ptr, CLM_TYPE_F16, dst);
+    if (st == CLM_OK && !per_chunk) st = cast_to_dst(ctx, yt.ptr, CLM_TYPE_F16, dst);
     cann_temp_free(&yt);
     cann_temp_free(&xt);
     return st;
