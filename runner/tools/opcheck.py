@@ -281,6 +281,11 @@ def _mul_mat_cases() -> list[Case]:
     for type_a in (Q8_0, Q4_0, Q4_1):
         for n in (1, 3, 64):
             cases.append(_mul_mat_case(type_a, F32, 70000, n, 64))
+    # results beyond F16's 65504 with F16 weights (about 1024 * 0.75 * 150 = 115000)
+    for n in (1, 5):
+        cases.append(_mul_mat_case(F16, F32, 32, n, 1024, lo=100.0, hi=200.0, x_range=(0.5, 1.0)))
+    cases.append(_mul_mat_case(F16, F32, 32, 5, 1024, (2, 1), (2, 1), lo=100.0, hi=200.0,
+                               x_range=(0.5, 1.0)))
     return cases
 
 

@@ -305,6 +305,37 @@ static void test_float_products(void) {
     }
 }
 
+/* ---- Mm dtypes: F32 self x F16 mat2 promotes to F32, so an F32 out holds results past F16's
+ * range; F16 x F16 promotes to F16 and an F32 out is refused ----------------------------------------- */
+static void test_mm_mixed_range(void) {
+    int64_t m = 2, k = 64, n = 3, ad[2] = {m, k}, bd[2] = {k, n}, yd[2] = {m, n};
+    float a[128];
+    uint16_t b16[192];
+    for (int i = 0; i < 128; i++) a[i] = 3.0f + (float)(i % 3);        /* 3, 4, 5 */
+    for (int i = 0; i < 192; i++) b16[i] = (uint16_t)(0x5dc0 + (i % 2)); /* F16 368 and 368.25 */
+    void *da = dev_from(a, sizeof a), *db = dev_from(b16, sizeof b16), *dy = dev_alloc(6 * 4);
+    aclTensor *ta = tensor(ad, 2, ACL_FLOAT, NULL, da), *tb = tensor(bd, 2, ACL_FLOAT16, NULL, db);
+    aclTensor *ty = tensor(yd, 2, ACL_FLOAT, NULL, dy), *ta16 = tensor(ad, 2, ACL_FLOAT16, NULL, db);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    CHECK(aclnnMmGetWorkspaceSize(ta, tb, ty, 1, &ws, &ex) == 0);
+    CHECK(aclnnMm(NULL, 0, ex, stream) == 0);
+    CHECK(sync_ok());
+    float y[6];
+    to_host(y, dy, sizeof y);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double ref = 0;
+            for (int kk = 0; kk < k; kk++)
+                ref += (double)a[i * k + kk] * (((kk * n + j) % 2) ? 368.25 : 368.0);
+            CHECK(ref > 65504.0 && fabs(y[i * n + j] - ref) < 1e-3 * ref);
+        }
+    CHECK(aclnnMmGetWorkspaceSize(ta16, tb, ty, 1, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "promoted") != NULL);
+    aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(ty), aclDestroyTensor(ta16);
+    aclrtFree(da), aclrtFree(db), aclrtFree(dy);
+}
+
 /* ---- errors of WeightQuantBatchMatmulV2 -------------------------------------------------------------- */
 static void test_wq_errors(void) {
     int64_t m = 2, k = 64, n = 8;
@@ -548,6 +579,7 @@ int main(int argc, char **argv) {
     test_wq_batch_invariance((wq_case){0, 512, 100, 1, 32, 1, 1, 0});
     test_wq_batch_invariance((wq_case){0, 320, 37, 0, 32, 0, 1, 0});
     test_wq_batch_invariance((wq_case){0, 96, 21, 0, 0, 0, 1, 0});
+    test_mm_mixed_range();
     test_wq_errors();
     test_float_products();
     test_gathers();
