@@ -226,17 +226,28 @@ def _rms_norm_cases() -> list[Case]:
     return cases
 
 
-def _mul_mat_case(type_a, type_b, m, n, k, bs=(1, 1), nr=(1, 1), per=None, lo=-1.0, hi=1.0):
-    """ggml's naming: a is [k, m] (weights), b is [k, n]; bs batches of a, nr repeats of them."""
+def _mul_mat_case(type_a, type_b, m, n, k, bs=(1, 1), nr=(1, 1), per=None, lo=-1.0, hi=1.0,
+                  x_range=None):
+    """ggml's naming: a is [k, m] (weights), b is [k, n]; bs batches of a, nr repeats of them.
+    lo / hi: the weights' range; x_range: (lo, hi) of b (default the builder's)."""
     def build(b):
         a = b.new(type_a, [k, m, bs[0], bs[1]], lo=lo, hi=hi)
         ne_b = [k, n, bs[0] * nr[0], bs[1] * nr[1]]
-        x = _permuted(b, type_b, ne_b, per) if per else b.new(type_b, ne_b)
+        if per:
+            x = _permuted(b, type_b, ne_b, per)
+        elif x_range:
+            x = b.new(type_b, ne_b, lo=x_range[0], hi=x_range[1])
+        else:
+            x = b.new(type_b, ne_b)
         return b.ctx.mul_mat(a, x)
     params = {"type_a": type_a, "type_b": type_b, "m": m, "n": n, "k": k, "bs": list(bs),
               "nr": list(nr)}
     if per:
         params["per"] = list(per)
+    if (lo, hi) != (-1.0, 1.0):
+        params["range_a"] = [lo, hi]
+    if x_range:
+        params["range_b"] = list(x_range)
     return Case("MUL_MAT", params, build)
 
 
@@ -265,6 +276,16 @@ def _mul_mat_cases() -> list[Case]:
                             (Q4_1, 49152, 1, 32), (F16, 65600, 1, 64), (Q8_0, 151936, 1, 32),
                             (Q4_0, 70000, 2, 64)]:
         cases.append(_mul_mat_case(type_a, F32, m, n, k))
+    # N past WeightQuantBatchMatmulV2's 65535 with several rows: each column chunk's y must be
+    # contiguous (a (M, nc) view of the (M, N) output is not)
+    for type_a in (Q8_0, Q4_0, Q4_1):
+        for n in (1, 3, 64):
+            cases.append(_mul_mat_case(type_a, F32, 70000, n, 64))
+    # results beyond F16's 65504 with F16 weights (about 1024 * 0.75 * 150 = 115000)
+    for n in (1, 5):
+        cases.append(_mul_mat_case(F16, F32, 32, n, 1024, lo=100.0, hi=200.0, x_range=(0.5, 1.0)))
+    cases.append(_mul_mat_case(F16, F32, 32, 5, 1024, (2, 1), (2, 1), lo=100.0, hi=200.0,
+                               x_range=(0.5, 1.0)))
     return cases
 
 

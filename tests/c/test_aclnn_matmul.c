@@ -305,6 +305,37 @@ static void test_float_products(void) {
     }
 }
 
+/* ---- Mm dtypes: F32 self x F16 mat2 promotes to F32, so an F32 out holds results past F16's
+ * range; F16 x F16 promotes to F16 and an F32 out is refused ----------------------------------------- */
+static void test_mm_mixed_range(void) {
+    int64_t m = 2, k = 64, n = 3, ad[2] = {m, k}, bd[2] = {k, n}, yd[2] = {m, n};
+    float a[128];
+    uint16_t b16[192];
+    for (int i = 0; i < 128; i++) a[i] = 3.0f + (float)(i % 3);        /* 3, 4, 5 */
+    for (int i = 0; i < 192; i++) b16[i] = (uint16_t)(0x5dc0 + (i % 2)); /* F16 368 and 368.25 */
+    void *da = dev_from(a, sizeof a), *db = dev_from(b16, sizeof b16), *dy = dev_alloc(6 * 4);
+    aclTensor *ta = tensor(ad, 2, ACL_FLOAT, NULL, da), *tb = tensor(bd, 2, ACL_FLOAT16, NULL, db);
+    aclTensor *ty = tensor(yd, 2, ACL_FLOAT, NULL, dy), *ta16 = tensor(ad, 2, ACL_FLOAT16, NULL, db);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    CHECK(aclnnMmGetWorkspaceSize(ta, tb, ty, 1, &ws, &ex) == 0);
+    CHECK(aclnnMm(NULL, 0, ex, stream) == 0);
+    CHECK(sync_ok());
+    float y[6];
+    to_host(y, dy, sizeof y);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double ref = 0;
+            for (int kk = 0; kk < k; kk++)
+                ref += (double)a[i * k + kk] * (((kk * n + j) % 2) ? 368.25 : 368.0);
+            CHECK(ref > 65504.0 && fabs(y[i * n + j] - ref) < 1e-3 * ref);
+        }
+    CHECK(aclnnMmGetWorkspaceSize(ta16, tb, ty, 1, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "promoted") != NULL);
+    aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(ty), aclDestroyTensor(ta16);
+    aclrtFree(da), aclrtFree(db), aclrtFree(dy);
+}
+
 /* ---- errors of WeightQuantBatchMatmulV2 -------------------------------------------------------------- */
 static void test_wq_errors(void) {
     int64_t m = 2, k = 64, n = 8;
@@ -328,8 +359,33 @@ static void test_wq_errors(void) {
           ACLNN_ERR_PARAM_INVALID);
     CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s32, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
           ACLNN_ERR_PARAM_INVALID);
+    /* y must be contiguous: a (m, n) view with row stride 2n (one chunk of a wider output) is refused */
+    int64_t ys_wide[2] = {2 * n, 1};
+    aclTensor *ywide = tensor(yd, 2, ACL_FLOAT16, ys_wide, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s, NULL, NULL, NULL, NULL, 32, ywide, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "y must be contiguous") != NULL);
+    /* ... but one row of it is contiguous */
+    int64_t yd1[2] = {1, n}, xd1[2] = {1, k};
+    aclTensor *yrow = tensor(yd1, 2, ACL_FLOAT16, ys_wide, buf), *x1 = tensor(xd1, 2, ACL_FLOAT16, NULL, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x1, w, s, NULL, NULL, NULL, NULL, 32, yrow, &ws, &ex) == 0);
+    CHECK(aclDestroyAclOpExecutor(ex) == 0 || 1);
+    /* n (and k) must lie in [1, 65535] */
+    int64_t nbig = 65536, wdb[2] = {k, nbig}, sdb[2] = {2, nbig}, ydb[2] = {m, nbig};
+    aclTensor *wb = tensor(wdb, 2, ACL_INT4, wst, buf), *sb = tensor(sdb, 2, ACL_FLOAT16, sst, buf);
+    aclTensor *yb = tensor(ydb, 2, ACL_FLOAT16, NULL, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, wb, sb, NULL, NULL, NULL, NULL, 32, yb, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "65535") != NULL);
+    /* a non-contiguous scale must be a transposed view */
+    int64_t sst_bad[2] = {2 * n, 2};
+    aclTensor *sstr = tensor(sd, 2, ACL_FLOAT16, sst_bad, buf);
+    CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, sstr, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) ==
+          ACLNN_ERR_PARAM_INVALID);
     CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(x, w, s, NULL, NULL, NULL, NULL, 32, y, &ws, &ex) == 0);
     CHECK(aclDestroyAclOpExecutor(ex) == 0 || 1);
+    aclDestroyTensor(ywide), aclDestroyTensor(yrow), aclDestroyTensor(x1), aclDestroyTensor(wb);
+    aclDestroyTensor(sb), aclDestroyTensor(yb), aclDestroyTensor(sstr);
     aclDestroyTensor(x), aclDestroyTensor(w), aclDestroyTensor(s), aclDestroyTensor(y);
     aclDestroyTensor(sbad), aclDestroyTensor(xbad), aclDestroyTensor(s32);
     aclrtFree(buf);
@@ -523,6 +579,7 @@ int main(int argc, char **argv) {
     test_wq_batch_invariance((wq_case){0, 512, 100, 1, 32, 1, 1, 0});
     test_wq_batch_invariance((wq_case){0, 320, 37, 0, 32, 0, 1, 0});
     test_wq_batch_invariance((wq_case){0, 96, 21, 0, 0, 0, 1, 0});
+    test_mm_mixed_range();
     test_wq_errors();
     test_float_products();
     test_gathers();

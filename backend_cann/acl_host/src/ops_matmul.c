@@ -584,6 +584,15 @@ AH_API aclnnStatus aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(
                         "%s: quantScaleOptional / quantOffsetOptional (int8 output) are not implemented by acl_host", op);
     int64_t m = x->dims[0], k = x->dims[1], n = weight->dims[1];
     char s1[256], s2[256];
+    if (m < 1 || m > INT32_MAX)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: x: m = %lld is outside [1, 2^31-1] (empty tensors are not supported)",
+                        op, (long long)m);
+    if (k < 1 || k > 65535 || n < 1 || n > 65535)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: weight: k = %lld and n = %lld must lie in [1, 65535]", op,
+                        (long long)k, (long long)n);
+    if (!ah_tensor_is_contiguous(y))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: y must be contiguous (a (%lld, %lld) view with strides (%lld, %lld))",
+                        op, (long long)m, (long long)n, (long long)y->strides[0], (long long)y->strides[1]);
     if (weight->dims[0] != k)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: x %s and weight %s: k differs", op,
                         ah_shape_str(s1, sizeof s1, x->dims, 2), ah_shape_str(s2, sizeof s2, weight->dims, 2));
@@ -604,6 +613,11 @@ AH_API aclnnStatus aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(
     if (antiquantGroupSize != 0 && (antiquantGroupSize % 32 != 0 || antiquantGroupSize < 32 || antiquantGroupSize > k - 1))
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantGroupSize %d must be 0 or a multiple of 32 in [32, k-1] (k = %lld)",
                         op, antiquantGroupSize, (long long)k);
+    if (!ah_tensor_is_contiguous(antiquantScale) && !is_transposed_2d(antiquantScale))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantScale is non-contiguous and not a transposed view", op);
+    if (antiquantOffsetOptional && !ah_tensor_is_contiguous(antiquantOffsetOptional) &&
+        !is_transposed_2d(antiquantOffsetOptional))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: antiquantOffsetOptional is non-contiguous and not a transposed view", op);
     scale_mode mode = SCALE_TENSOR;
     AH_TRY(wq_check_param(op, "antiquantScale", antiquantScale, k, n, antiquantGroupSize, &mode));
     if (antiquantOffsetOptional) {

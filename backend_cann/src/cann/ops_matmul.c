@@ -1,15 +1,16 @@
 /* ops_matmul.c - MUL_MAT: dst [N, M, ne12, ne13] F32 = src0 (weights [K, N, ne02, ne03]) x src1
  * (activations [K, M, ne12, ne13]), ggml broadcasting (ne12 % ne02 == 0, ne13 % ne03 == 0).
  *
- * Float weights (F32 / F16 / BF16): activations cast to the weight dtype when they differ, then
+ * Float weights (F32 / F16 / BF16): activations cast to F32 (F32 / F16 weights) or BF16, then
  * aclnnMm (2-D) or aclnnMatmul over the batch dims [ne03, r3, ne02, r2] (the weight broadcast
- * along the r dims), the weight passed as a transposed view (K, N); F16 / BF16 results are cast
- * to the F32 dst.
+ * along the r dims), the weight passed as a transposed view (K, N), cubeMathType 1 (F32 runs
+ * as HF32 on A2); F32 / F16 weights write the F32 dst directly, BF16 results are cast to it.
  * Quantized weights (Q8_0, Q4_0, Q4_1 in the device layout of quant_layout.h): activations cast
  * to a contiguous F16 temporary, one aclnnWeightQuantBatchMatmulV2 per (batch slice, chunk of at
  * most 65535 columns) with the quants as a transposed INT8 / INT4 view (K, N) strides (1, K), the
  * scales as a (K/32, N) view strides (1, K/32), group 32 when K > 32 else per-channel, Q4_1's
- * offsets as antiquantOffset; F16 output cast to the F32 dst.
+ * offsets as antiquantOffset; F16 output cast to the F32 dst (per chunk when M > 1 and N is split,
+ * since the operator's y must be contiguous).
  */
 #include "cann/cann_common.h"
 #include "cann/quant_layout.h"
@@ -92,7 +93,10 @@ static clm_status cast_to_dst(cann_backend_ctx *ctx, void *data, int32_t type, c
 /* ---- float weights ------------------------------------------------------------------------------ */
 static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
     const clm_tensor *w = dst->src[0], *x = dst->src[1];
-    int32_t ct = w->type; /* compute dtype */
+    /* F16 weights take F32 activations: the pair promotes to F32, so out is the F32 dst itself
+     * and results beyond F16's 65504 stay finite (F16 x F16 would need an F16 out). BF16 does not
+     * promote with F32 on A2: BF16 activations and a BF16 result (BF16's range is F32's). */
+    int32_t ct = w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type; /* activation and out dtype */
     int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
     int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
     size_t wes = clm_type_size(w->type), xes = clm_type_size(x->type);
@@ -116,7 +120,7 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
         }
         ydata = yt.ptr;
     }
-    aclDataType adt = cann_acl_type(ct);
+    aclDataType adt = cann_acl_type(ct), wdt = cann_acl_type(w->type);
     aclTensor *a, *b, *y;
     bool two_d = x->ne[2] == 1 && x->ne[3] == 1;
     if (two_d) {
@@ -124,7 +128,7 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
         int64_t bd[2] = {K, N}, bs[2] = {(int64_t)(w->nb[0] / wes), (int64_t)(w->nb[1] / wes)};
         int64_t yd[2] = {M, N}, ys[2] = {N, 1};
         a = acl_view(xdata, adt, 2, ad, as, 0);
-        b = acl_view(w->data, adt, 2, bd, bs, 0);
+        b = acl_view(w->data, wdt, 2, bd, bs, 0);
         y = acl_view(ydata, adt, 2, yd, ys, 0);
         st = a && b && y ? CANN_ACLNN(ctx, Mm, a, b, y, 1) : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: bad views");
     } else {
@@ -137,7 +141,7 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
         int64_t yd[6] = {w->ne[3], r3, w->ne[2], r2, M, N};
         int64_t ys[6] = {N * M * x->ne[2] * r3, N * M * x->ne[2], N * M * r2, N * M, N, 1};
         a = acl_view(xdata, adt, 6, ad, as, 0);
-        b = acl_view(w->data, adt, 6, bd, bs, 0);
+        b = acl_view(w->data, wdt, 6, bd, bs, 0);
         y = acl_view(ydata, adt, 6, yd, ys, 0);
         st = a && b && y ? CANN_ACLNN(ctx, Matmul, a, b, y, 1) : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: bad views");
     }
@@ -163,11 +167,15 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
     int64_t kg = K / CANN_QL_BLOCK; /* groups per column */
     int group = K > CANN_QL_BLOCK ? CANN_QL_BLOCK : 0;
 
+    /* y must be contiguous: a column chunk of a multi-row output is not, so with M > 1 and
+     * N > WQ_MAX_N each chunk goes to a contiguous (M, nc) temporary cast into its place in dst;
+     * otherwise (decode M = 1, or one chunk) the F16 result is one temporary cast at the end */
+    bool per_chunk = M > 1 && N > WQ_MAX_N;
     cann_temp xt = {0}, yt = {0};
     void *xdata;
     clm_status st = activations_as(ctx, x, CLM_TYPE_F16, &xt, &xdata);
     if (st != CLM_OK) return st;
-    st = cann_temp_alloc(ctx, (size_t)clm_nelements(dst) * 2, &yt);
+    st = cann_temp_alloc(ctx, (size_t)(per_chunk ? M * WQ_MAX_N : clm_nelements(dst)) * 2, &yt);
     if (st != CLM_OK) {
         cann_temp_free(&xt);
         return st;
@@ -180,11 +188,12 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
                 int64_t nc = N - n0 < WQ_MAX_N ? N - n0 : WQ_MAX_N;
                 int64_t xd[2] = {M, K}, xs[2] = {K, 1};
                 int64_t wd[2] = {K, nc}, ws[2] = {1, K};
-                int64_t yd[2] = {M, nc}, ys[2] = {N, 1};
+                int64_t yd[2] = {M, nc}, ys[2] = {per_chunk ? nc : N, 1};
+                int64_t y_off = per_chunk ? 0 : batch * M * N + n0;
                 int64_t p_off = slice * N * kg + n0 * kg;
                 aclTensor *ax = acl_view(xdata, ACL_FLOAT16, 2, xd, xs, batch * M * K);
                 aclTensor *aw = acl_view(base, wdt, 2, wd, ws, slice * N * K + n0 * K);
-                aclTensor *ay = acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, batch * M * N + n0);
+                aclTensor *ay = acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, y_off);
                 aclTensor *as, *ao = NULL;
                 if (group) {
                     int64_t sd[2] = {kg, nc}, ss[2] = {1, kg};
@@ -200,11 +209,18 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
                 } else {
                     st = CANN_ACLNN(ctx, WeightQuantBatchMatmulV2, ax, aw, as, ao, NULL, NULL, NULL, group, ay);
                 }
+                if (st == CLM_OK && per_chunk) { /* the chunk into dst's columns [n0, n0 + nc) */
+                    int64_t ds[2] = {N, 1};
+                    aclTensor *ad = acl_view(dst->data, ACL_FLOAT, 2, yd, ds, batch * M * N + n0);
+                    st = ad ? CANN_ACLNN(ctx, Cast, ay, ACL_FLOAT, ad)
+                            : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: cannot describe the result");
+                    cann_destroy_tensors(1, ad);
+                }
                 cann_destroy_tensors(5, ax, aw, ay, as, ao);
             }
         }
     }
-    if (st == CLM_OK) st = cast_to_dst(ctx, yt.ptr, CLM_TYPE_F16, dst);
+    if (st == CLM_OK && !per_chunk) st = cast_to_dst(ctx, yt.ptr, CLM_TYPE_F16, dst);
     cann_temp_free(&yt);
     cann_temp_free(&xt);
     return st;
