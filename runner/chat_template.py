@@ -91,11 +91,13 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template of {model} does not compile: {e}") from e
 
     @classmethod
-    def from_tokenizer(cls, tokenizer) -> "ChatTemplate":
-        """The template of a cann_llm.tokenizer.Tokenizer's model (ChatML when it has none)."""
+    def from_tokenizer(cls, tokenizer, source: str | None = None) -> "ChatTemplate":
+        """The template of a cann_llm.tokenizer.Tokenizer's model (ChatML when it has none), or
+        `source` in its place (with the model's BOS/EOS texts)."""
         def text(i):
             return tokenizer.tokens[i] if i is not None else ""
-        return cls(tokenizer.chat_template, model=tokenizer.model_name,
+        return cls(source if source is not None else tokenizer.chat_template,
+                   model=tokenizer.model_name,
                    bos_token=text(tokenizer.bos_id), eos_token=text(tokenizer.eos_id))
 
     def render(self, messages, *, add_generation_prompt: bool = True, **extra) -> str:

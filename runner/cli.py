@@ -76,9 +76,14 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_path(arg: str | None) -> str:
+def _model_path(arg: str | None, download: bool = False) -> str:
+    """MODEL as given, else the default model (fetched on first use with download, as `run`
+    does; `info` and `quantize` only look in the cache)."""
     if arg:
         return arg
+    if download:
+        from .run_cli import resolve_model
+        return resolve_model(None)
     from . import models
     try:
         return str(models.default_model_path(download=False))
@@ -168,6 +173,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     from . import backend
     from .loader import open_gguf, type_name
 
+    progress = sys.stderr.isatty()     # \r updates only for a person watching, not a pipe
     target = args.type.upper()
     if target not in _FTYPE or target == "F32":
         raise CliError(f"unknown type {args.type!r} (choose from Q8_0, Q4_0, Q4_1, F16, BF16)")
@@ -209,9 +215,11 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             else:
                 data = backend.convert(info.type, info.data, dst, n_elements=info.n_elements)
             writer.write_tensor_data(data)
-            print(f"\r[{i:4d}/{len(plan)}] {name:32s} {type_name(info.type):>5s} -> "
-                  f"{type_name(dst):5s}", end="", file=sys.stderr, flush=True)
-        print(file=sys.stderr)
+            if progress:
+                print(f"\r[{i:4d}/{len(plan)}] {name:32s} {type_name(info.type):>5s} -> "
+                      f"{type_name(dst):5s}", end="", file=sys.stderr, flush=True)
+        if progress:
+            print(file=sys.stderr)
     except BaseException:
         writer.close()
         try:
@@ -313,12 +321,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(handler=cmd_bench)
     add_loader_commands(commands)
     add_diff_command(commands)
+    parser.commands = commands
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # report through the subcommand's parser: its usage, not the top level's
+        sub = parser.commands.choices.get(getattr(args, "command", None) or "", parser)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return 2

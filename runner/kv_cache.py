@@ -75,7 +75,7 @@ class KVCache:
         if free.size < n_tokens:
             raise ContextFullError(
                 f"the context is full: {n_tokens} more tokens do not fit in n_ctx={self.n_ctx} "
-                f"({self.n_used()} cells in use); use a larger context (-c) or a shorter prompt")
+                f"({self.n_used()} cells in use); use a larger n_ctx or a shorter prompt")
         return free[:n_tokens].astype(np.int64)
 
     def commit(self, cells: np.ndarray, pos, seq_ids) -> None:
@@ -155,7 +155,7 @@ def _alloc_group(buft: be.BufferType, tensors) -> be.Buffer:
         buf = buft.alloc_buffer(max(total, alignment))
     except be.CannError as exc:
         raise MemoryError(f"cannot allocate the KV cache ({total / 2**20:.1f} MiB on "
-                          f"{buft.name}): {exc}; use a smaller context (-c)") from None
+                          f"{buft.name}): {exc}; use a smaller n_ctx") from None
     for t, off in zip(tensors, offsets):
         t.alloc(buf, off)
     return buf

@@ -39,6 +39,9 @@ def _parse_devices(device) -> list[str]:
     for n in names:
         if n != "CPU" and not (n.startswith("CANN") and n[4:].isdigit()):
             raise ValueError(f"unknown device {n!r} (expected CANN0, CANNn or CPU)")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"device {device!r}: {', '.join(repeated)} is listed more than once")
     return names
 
 
@@ -74,15 +77,17 @@ class NonFiniteLogitsError(RuntimeError):
 
 
 def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
-         convert=None, verbose=False, log=None, check_weights=True) -> "Model":
+         convert=None, verbose=False, log=None, check_weights=True,
+         chat_template=None) -> "Model":
     """Load a GGUF model (path None: the default model, fetched on first use); check_weights:
-    refuse weights with NaN/inf values or scales (a corrupt file) at load."""
+    refuse weights with NaN/inf values or scales (a corrupt file) at load; chat_template: a
+    Jinja template source that replaces the GGUF's tokenizer.chat_template."""
     if path is None:
         from .models import default_model_path
         path = default_model_path(download=True)
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
-                 check_weights=check_weights)
+                 check_weights=check_weights, chat_template=chat_template)
 
 
 def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
@@ -105,7 +110,7 @@ class Model:
 
     def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
                  flash_attn=True, convert=None, verbose=False, log=None, decline=(),
-                 check_weights=True):
+                 check_weights=True, chat_template=None):
         t0 = time.perf_counter()
         import sys
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -130,7 +135,7 @@ class Model:
         from .tokenizer import Tokenizer
         from .chat_template import ChatTemplate
         self.tokenizer = Tokenizer(self._tokenizer_metadata(), name=os.path.basename(str(path)))
-        self.chat_template = ChatTemplate.from_tokenizer(self.tokenizer)
+        self.chat_template = ChatTemplate.from_tokenizer(self.tokenizer, source=chat_template)
 
         names = _parse_devices(device)
         self.devices = names
@@ -253,7 +258,8 @@ class Model:
         if n > self.n_ctx - self.kv.n_used():
             raise ContextFullError(
                 f"{n} tokens do not fit in the context: n_ctx={self.n_ctx}, "
-                f"{self.kv.n_used()} cells in use; use a larger context (-c) or a shorter prompt")
+                f"{self.kv.n_used()} cells in use; load the model with a larger n_ctx or use a shorter "
+                f"prompt")
         outs = []
         for start in range(0, n, self.n_batch):
             sl = slice(start, min(start + self.n_batch, n))
@@ -295,11 +301,14 @@ class Model:
     def logits(self, ids, eval_callback=None) -> np.ndarray | None:
         """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence.
         eval_callback(name, op, type, ne, data[, node]) sees every computed node (ne ggml order,
-        data numpy order; node a sched.EvalNode) and stops the run (None) by returning False."""
+        data numpy order; node a sched.EvalNode) and stops the run (None) by returning False.
+        `ids` may be a text (Model.tokenize)."""
+        if isinstance(ids, str):
+            ids = self.tokenize(ids)
         ids = [int(i) for i in ids]
         if len(ids) > self.n_ctx:
             raise ContextFullError(f"{len(ids)} tokens do not fit in the context "
-                                   f"(n_ctx={self.n_ctx}); use a larger context (-c)")
+                                   f"(n_ctx={self.n_ctx}); load the model with a larger n_ctx")
         self.kv.clear()
         self._seq_tokens = []
         t0 = time.perf_counter()
@@ -331,14 +340,18 @@ class Model:
                  frequency_penalty=0.0, logit_bias=None, seed=None, stop=None) -> Iterator[int]:
         """Yield generated token ids as they come. Stops at an end-of-generation token (not
         yielded), after max_tokens, at a token id listed in `stop` (not yielded) or once the
-        generated text contains a string listed in `stop` (its last token is yielded)."""
+        generated text contains a string listed in `stop` (its last token is yielded). `ids` are
+        token ids, or a text, tokenized as a raw completion prompt (Model.tokenize)."""
         from .sampler import Sampler
+        if isinstance(ids, str):
+            ids = self.tokenize(ids)
         ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("generate() needs at least one prompt token")
         if len(ids) > self.n_ctx:
             raise ContextFullError(f"the prompt has {len(ids)} tokens, the context holds "
-                                   f"{self.n_ctx}; use a larger context (-c) or a shorter prompt")
+                                   f"{self.n_ctx}; load the model with a larger n_ctx or use a "
+                                   f"shorter prompt")
         stop_ids, stop_text = set(), []
         for s in ([stop] if isinstance(stop, (str, int)) else (stop or [])):
             (stop_text.append if isinstance(s, str) else stop_ids.add)(s if isinstance(s, str)

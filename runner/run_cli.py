@@ -90,9 +90,18 @@ def resolve_model(model: str | None) -> str:
 def load_model(args, path: str):
     import cann_llm
     device = _check_model_arguments(args)
+    template = None
+    if getattr(args, "chat_template_file", None):
+        try:
+            with open(args.chat_template_file, encoding="utf-8") as f:
+                template = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise RunError(f"--chat-template-file: {e}") from None
     kwargs = dict(device=device, n_ctx=args.ctx_size, n_threads=args.threads,
-                  n_batch=args.batch_size, flash_attn=args.flash_attn == "on",
-                  convert=args.convert, verbose=args.verbose, check_weights=not args.no_check)
+                  chat_template=template, n_batch=args.batch_size,
+                  flash_attn=args.flash_attn == "on",
+                  convert=args.convert, verbose=args.verbose, check_weights=not args.no_check,
+                  log=_log)
     load = getattr(cann_llm, "load", None)
     if load is None:                      # before __init__ re-exports it
         from .model import load
@@ -109,6 +118,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--prompt", default=None, help="the prompt")
     p.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from FILE")
     p.add_argument("--system", default=None, metavar="TEXT", help="system message for the chat")
+    p.add_argument("--chat-template-file", default=None, metavar="FILE",
+                   help="a Jinja chat template to use instead of the model's")
     p.add_argument("-i", "--interactive", action="store_true",
                    help="chat: read a message per line (/exit or Ctrl-D to quit, /clear)")
     p.add_argument("--raw", "--no-chat", dest="raw", action="store_true",
@@ -176,6 +187,15 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _log(msg: str) -> None:
+    """The model's log lines (-v: summary, graph splits): each prefixed, and never inside a
+    streamed answer's line (stdout and stderr share a terminal)."""
+    if _Stream.current is not None and sys.stdout.isatty() and sys.stderr.isatty():
+        _Stream.current.end()       # one terminal: the answer's open line ends first
+    for line in str(msg).splitlines():
+        _err(line if line.startswith("cann-llm") else f"cann-llm: {line}")
+
+
 def print_timings(model, out=None) -> None:
     """The closing lines, in llama.cpp's llama_perf_context_print format."""
     out = out or sys.stderr
@@ -198,10 +218,12 @@ def print_timings(model, out=None) -> None:
 
 class _Stream:
     """Writes pieces to stdout as they come and remembers whether the line is open."""
+    current = None      # the stream being written, so log lines can end its open line first
 
     def __init__(self):
         self.text = []
         self.open_line = False
+        _Stream.current = self
 
     def write(self, piece: str) -> None:
         if piece:
@@ -245,7 +267,7 @@ def _stream_raw(model, prompt, max_tokens, sampling) -> None:
     ids = model.tokenize(prompt)
     if len(ids) >= model.n_ctx:
         raise ContextFullError(f"the prompt has {len(ids)} tokens, the context holds "
-                               f"{model.n_ctx} (-c)")
+                               f"{model.n_ctx}")
     max_tokens = min(max_tokens, model.n_ctx - len(ids))
     detok = model.tokenizer.incremental()
     out = _Stream()
@@ -318,6 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise RunError("--raw needs a prompt (-p, -f or PROMPT)")
     if args.raw and args.interactive:
         raise RunError("--raw and -i do not go together (the chat uses the template)")
+    from .kv_cache import ContextFullError
     model = load_model(args, path)
     try:
         if args.verbose:
@@ -335,9 +358,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": prompt})
             _stream_chat(model, messages, max_tokens, sampling)
         print_timings(model)
-        if args.verbose and hasattr(model, "describe"):
-            _err(model.describe())
         return 0
+    except ContextFullError as e:     # the Python message names n_ctx; here the flag is -c
+        raise RunError(f"{e} (-c/--ctx-size sets n_ctx)") from None
     finally:
         close = getattr(model, "close", None)
         if close:

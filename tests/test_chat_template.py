@@ -12,7 +12,8 @@ from cann_llm.gguf_vocab import read_metadata
 from cann_llm.tokenizer import Tokenizer
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-from conftest import SHARED  # noqa: E402
+from conftest import GOLDEN_Q4_1  # noqa: E402
+from llama_cpp_data import vocab_dir  # noqa: E402
 SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
@@ -55,7 +56,7 @@ def test_smollm_own_system_no_generation_prompt(smol_template):
 
 def test_smollm_prompt_matches_golden_ids(smollm, smol_template):
     """The rendered prompt of the golden chat case tokenizes to llama.cpp's prompt ids."""
-    golden = json.loads((SHARED / "reference" / "golden_smollm2-q4_1.json").read_text())
+    golden = json.loads(GOLDEN_Q4_1.read_text())
     case = golden["greedy"][0]
     user = case["prompt"].split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
     text = smol_template.render([{"role": "user", "content": user}])
@@ -64,13 +65,13 @@ def test_smollm_prompt_matches_golden_ids(smollm, smol_template):
 
 
 def test_qwen2_template_from_vocab():
-    tok = Tokenizer.from_gguf(SHARED / "reference" / "tokenizer" / "ggml-vocab-qwen2.gguf")
+    tok = Tokenizer.from_gguf(vocab_dir() / "ggml-vocab-qwen2.gguf")
     text = ChatTemplate.from_tokenizer(tok).render([{"role": "user", "content": "hi"}])
     assert text == chatml(("system", "You are a helpful assistant"), ("user", "hi"), gen=True)
 
 
 def test_fallback_is_chatml():
-    tok = Tokenizer.from_gguf(SHARED / "reference" / "tokenizer" / "ggml-vocab-gpt-2.gguf")
+    tok = Tokenizer.from_gguf(vocab_dir() / "ggml-vocab-gpt-2.gguf")
     assert tok.chat_template is None
     t = ChatTemplate.from_tokenizer(tok)
     assert t.is_fallback and t.source == CHATML_TEMPLATE
@@ -127,5 +128,5 @@ def test_messages_must_be_dicts():
 
 
 def test_template_text_read_from_gguf():
-    meta = read_metadata(SHARED / "reference" / "tokenizer" / "ggml-vocab-qwen2.gguf")
+    meta = read_metadata(vocab_dir() / "ggml-vocab-qwen2.gguf")
     assert meta["tokenizer.chat_template"].startswith("{% for message in messages %}")

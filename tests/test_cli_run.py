@@ -12,22 +12,6 @@ import pytest
 from cann_llm import cli
 
 
-def _has_model_api():
-    try:
-        from cann_llm import model  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _default_model():
-    from cann_llm import models
-    try:
-        return str(models.default_model_path(download=False))
-    except (FileNotFoundError, models.ModelDownloadError):
-        return None
-
-
 def _cann_llm(*args, stdin=None, timeout=300):
     exe = shutil.which("cann-llm")
     assert exe, "the cann-llm console script is not on PATH (is the venv active?)"
@@ -98,8 +82,6 @@ class _FakeModel:
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    if not _has_model_api():
-        pytest.skip("cann_llm.model is not there yet")
     import cann_llm
     from cann_llm import run_cli
     model = _FakeModel()
@@ -221,13 +203,8 @@ def test_bench_table_format():
 
 # -- the real model, as a user runs it --------------------------------------------------------------
 
-needs_model = pytest.mark.skipif(not _has_model_api() or _default_model() is None,
-                                 reason="needs cann_llm.model and the default model")
-
-
-@needs_model
 @pytest.mark.slow
-def test_run_one_shot_on_the_default_model():
+def test_run_one_shot_on_the_default_model(default_model_path):
     r = _cann_llm("run", "-p", "What is the capital of France?", "-n", "12", "--temp", "0")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip(), r.stderr
@@ -236,29 +213,26 @@ def test_run_one_shot_on_the_default_model():
     assert "Traceback" not in r.stderr
 
 
-@needs_model
 @pytest.mark.slow
-def test_run_n_zero_on_the_default_model():
-    r = _cann_llm("run", _default_model(), "-p", "Hi", "-n", "0")
+def test_run_n_zero_on_the_default_model(default_model_path):
+    r = _cann_llm("run", str(default_model_path), "-p", "Hi", "-n", "0")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "" and "prompt eval time" in r.stderr
 
 
-@needs_model
 @pytest.mark.slow
-def test_run_interactive_two_turns_on_the_default_model():
+def test_run_interactive_two_turns_on_the_default_model(default_model_path):
     r = _cann_llm("run", "-i", "-n", "8", "--temp", "0",
                   stdin="Name a colour.\nAnd another one?\n/exit\n")
     assert r.returncode == 0, r.stderr
     assert len([ln for ln in r.stdout.splitlines() if ln.strip()]) >= 2, r.stdout
 
 
-@needs_model
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "directory", "truncated", "not_gguf", "arch",
-                                  "too_long"])
-def test_bad_inputs_on_the_command_line(case, tmp_path):
-    src = _default_model()
+                                  "too_long", "duplicate_device"])
+def test_bad_inputs_on_the_command_line(case, tmp_path, default_model_path):
+    src = str(default_model_path)
     if case == "missing":
         args = [str(tmp_path / "missing.gguf"), "-p", "hi"]
     elif case == "directory":
@@ -279,14 +253,59 @@ def test_bad_inputs_on_the_command_line(case, tmp_path):
         data[i:i + 5] = b"llamb"
         p.write_bytes(bytes(data) + open(src, "rb").read()[1 << 16:])
         args = [str(p), "-p", "hi"]
+    elif case == "duplicate_device":
+        args = ["--device", "CANN0,CANN0", "-p", "hi"]
     else:
         args = ["-c", "64", "-p", "word " * 200]
-    _one_line_error(_cann_llm("run", *args, "-n", "1"))
+    err = _one_line_error(_cann_llm("run", *args, "-n", "1"))
+    if case == "too_long":
+        assert "-c/--ctx-size" in err, err
+    if case == "duplicate_device":
+        assert "more than once" in err, err
 
 
-@needs_model
 @pytest.mark.slow
-def test_bench_small():
+def test_bench_small(default_model_path):
     r = _cann_llm("bench", "-p", "16", "-n", "4", "-r", "1", "--llamacpp", "off")
     assert r.returncode == 0, r.stderr
     assert "pp16" in r.stdout and "tg4" in r.stdout and "t/s" in r.stdout
+
+
+def test_unknown_flag_of_a_command_is_that_commands_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--bogus", "-p", "hi"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "cann-llm: run: unrecognized arguments: --bogus" in err and "cann-llm run --help" in err
+
+
+def test_chat_template_file_replaces_the_models(tmp_path, default_model_path):
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}<<{{ m.role }}:{{ m.content }}>>{% endfor %}"
+                        "{% if add_generation_prompt %}<<assistant:{% endif %}")
+    import cann_llm
+    with cann_llm.load(default_model_path, n_ctx=64, chat_template=template.read_text()) as m:
+        assert m.chat_template.render([{"role": "user", "content": "hi"}]) == \
+            "<<user:hi>><<assistant:"
+    r = _cann_llm("run", "--chat-template-file", str(tmp_path / "missing.jinja"), "-p", "hi")
+    assert "--chat-template-file" in _one_line_error(r)
+
+
+def test_verbose_prints_the_summary_once_with_prefixed_lines(default_model_path):
+    r = _cann_llm("run", str(default_model_path), "-v", "--raw", "-p", "Once upon a time",
+                  "-n", "4", "--temp", "0", "-c", "128")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("model: llama, 30 layers") == 1, r.stderr
+    assert all(line.startswith("cann-llm") for line in r.stderr.splitlines() if line), r.stderr
+    assert "graph:" not in r.stdout and "split" not in r.stdout
+
+
+def test_python_api_accepts_text_and_names_n_ctx(default_model_path):
+    import cann_llm
+    with cann_llm.load(default_model_path, n_ctx=32) as m:
+        ids = m.tokenize("The capital of France is")
+        assert list(m.generate("The capital of France is", max_tokens=3, temperature=0)) == \
+            list(m.generate(ids, max_tokens=3, temperature=0))
+        with pytest.raises(cann_llm.ContextFullError) as exc:
+            m.logits(list(range(40)))
+        assert "n_ctx" in str(exc.value) and "(-c)" not in str(exc.value)

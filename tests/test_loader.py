@@ -268,6 +268,7 @@ def test_cli_quantize_round_trip(loader, tmp_path, capsys, target):
             assert out.type == QT[target]
             want = backend.quantize_f32(QT[target], info.data.view(np.float32))
             assert np.array_equal(out.data, want), name
+    assert "\r" not in err and err.count("\n") == 1, err     # no progress updates into a pipe
 
 
 def test_cli_quantize_bad_type(tmp_path, capsys):

@@ -423,7 +423,7 @@ def main_args(args) -> int:
         raise CliError("diff needs a prompt: -p TEXT (or --compare DUMP_A DUMP_B)")
     dev_a = _check_device(args.a)
     dev_b = None if args.print else _check_device(args.b)
-    path = _model_path(args.model)
+    path = _model_path(args.model, download=True)
     kw = dict(flash_attn=not args.no_fa, log=lambda msg: print(msg, file=sys.stderr),
               check_weights=not args.no_check)
     model_a = load(path, device=dev_a, n_ctx=args.ctx_size, **kw)
