@@ -67,6 +67,11 @@ static clm_status backend_cpy_tensor_async(clm_backend *backend_src, clm_backend
         return CLM_ERR_UNSUPPORTED;
     }
     cann_backend_ctx *ctx_src = backend_ctx(backend_src), *ctx_dst = backend_ctx(backend_dst);
+    /* An async copy within a device needs 64-byte aligned addresses; the caller falls back to a
+     * synchronous copy (aclrtMemcpy has no such rule). */
+    if (ctx_src->device == ctx_dst->device && !cann_d2d_async_aligned(dst->data, src->data)) {
+        return CLM_ERR_UNSUPPORTED;
+    }
     clm_status st;
     if (ctx_src->device != ctx_dst->device) {
         int32_t can_access = 0;
