@@ -153,6 +153,11 @@ static void test_silu_swiglu(void) {
     /* errors name the op and the operand */
     CHECK(aclnnSwiGluGetWorkspaceSize(tx, -1, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     CHECK(strstr(aclGetRecentErrMsg(), "aclnnSwiGlu") != NULL);
+    int64_t dz[2] = {0, 8}, dzh[2] = {0, 4};
+    aclTensor *tz = acl_view(dz, 2, ACL_FLOAT, NULL, 0, px), *tzh = acl_view(dzh, 2, ACL_FLOAT, NULL, 0, pg);
+    CHECK(aclnnSwiGluGetWorkspaceSize(tz, -1, tzh, &ws, &ex) == ACLNN_ERR_PARAM_INVALID); /* no empty x */
+    CHECK(strstr(aclGetRecentErrMsg(), "empty") != NULL);
+    aclDestroyTensor(tz), aclDestroyTensor(tzh);
     aclTensor *ti = acl_view(dx, 2, ACL_INT32, NULL, 0, px);
     CHECK(aclnnSiluGetWorkspaceSize(ti, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     const char *msg = aclGetRecentErrMsg();
