@@ -93,6 +93,12 @@ def test_swiglu_fused(device, backend, T, swapped):
     assert nmse(out, silu(a) * b) < 1e-12
 
 
+def test_empty_swiglu_is_skipped(device, backend, T):
+    # aclnnSwiGlu refuses empty tensors; an empty node has nothing to compute (as in ggml)
+    out = run(device, backend, lambda ctx, t: ctx.swiglu(t["x"]), {"x": (T.F32, (96, 0, 2), None)})
+    assert out.shape == (2, 0, 48)
+
+
 def test_swiglu_split(device, backend, T):
     a = rng.standard_normal((4, 80)).astype(np.float32)
     b = rng.standard_normal((4, 80)).astype(np.float32)

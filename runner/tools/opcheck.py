@@ -349,21 +349,46 @@ def _cpy_cases() -> list[Case]:
         cases.append(_cpy_case("CONT", ttype, ttype, [10, 10, 10, 1], [1, 0, 2, 3]))
         cases.append(_cpy_case("DUP", ttype, ttype, [10, 10, 10, 1], None))
     cases.append(_cpy_case("DUP", F32, F32, [64, 9, 7, 1], [0, 2, 1, 3]))
+    # contiguous views at odd element offsets: device copies at addresses that are not
+    # 64-byte aligned (aclrtMemcpyAsync refuses them; the backend copies with aclnnInplaceCopy)
+    for ttype in (F32, F16, BF16):
+        cases.append(_cpy_case("CPY", ttype, ttype, [33, 5, 2, 1], None, src_offset=3))
+        cases.append(_cpy_case("CPY", ttype, ttype, [33, 5, 2, 1], None, dst_offset=5))
+        cases.append(_cpy_case("CONT", ttype, ttype, [40, 3, 1, 1], None, src_offset=1))
+        cases.append(_cpy_case("DUP", ttype, ttype, [7, 13, 5, 1], None, src_offset=7))
+    cases.append(_cpy_case("CPY", F32, F32, [64, 4, 1, 1], None, src_offset=16, dst_offset=16))
+    cases.append(_cpy_case("CPY", F32, F16, [33, 5, 2, 1], None, src_offset=3, dst_offset=1))
     return cases
 
 
-def _cpy_case(op, src_type, dst_type, ne, perm, dst_perm=False) -> Case:
+def _offset_view(b: Builder, ttype, ne, offset: int, lo=-1.0, hi=1.0):
+    """A contiguous tensor of shape `ne` that starts `offset` elements into a larger tensor."""
+    n = ne[0] * ne[1] * ne[2] * ne[3]
+    base = b.new(ttype, [n + offset + 1, 1, 1, 1], lo=lo, hi=hi)
+    size = base.nb[0]
+    nb123 = [size * ne[0], size * ne[0] * ne[1], size * ne[0] * ne[1] * ne[2]]
+    return b.ctx.view_4d(base, ne, nb123, offset * size)
+
+
+def _cpy_case(op, src_type, dst_type, ne, perm, dst_perm=False, src_offset=0,
+              dst_offset=0) -> Case:
     lo, hi = -150.0, 150.0
 
     def build(b):
-        src = _permuted(b, src_type, ne, perm, lo, hi) if perm else b.new(src_type, ne, lo=lo,
-                                                                            hi=hi)
+        if perm:
+            src = _permuted(b, src_type, ne, perm, lo, hi)
+        elif src_offset:
+            src = _offset_view(b, src_type, ne, src_offset, lo, hi)
+        else:
+            src = b.new(src_type, ne, lo=lo, hi=hi)
         if op == "CONT":
             return b.ctx.cont(src)
         if op == "DUP":
             return b.ctx.new_op(Op.DUP, dst_type, src.ne, [src])
         if dst_perm:
             dst = b.ctx.transpose(b.new(dst_type, [ne[1], ne[0], ne[2], ne[3]]))
+        elif dst_offset:
+            dst = _offset_view(b, dst_type, ne, dst_offset)
         else:
             dst = b.new(dst_type, ne)
         return b.ctx.cpy(src, dst)
@@ -372,6 +397,10 @@ def _cpy_case(op, src_type, dst_type, ne, perm, dst_perm=False) -> Case:
         params["permute"] = perm
     if dst_perm:
         params["dst_permute"] = [1, 0, 2, 3]
+    if src_offset:
+        params["src_offset"] = src_offset
+    if dst_offset:
+        params["dst_offset"] = dst_offset
     return Case(op, params, build)
 
 

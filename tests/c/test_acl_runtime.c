@@ -195,6 +195,15 @@ static void test_copies(void)
         CHECK(all_bytes(dst, 1000, (unsigned char)round));
     }
     CHECK(aclrtMemcpyAsync(a, 1000, src, 2000, ACL_MEMCPY_HOST_TO_DEVICE, s) == ACL_ERROR_INVALID_PARAM);
+    /* Async copies within a device need 64-byte aligned source and destination (acl_rt.h);
+     * the synchronous copy and copies with a host side have no such rule. */
+    CHECK(aclrtMemcpyAsync((char *)b + 2, 500, a, 500, ACL_MEMCPY_DEVICE_TO_DEVICE, s) == ACL_ERROR_RT_ADDR_UNALIGNED);
+    CHECK(message_mentions("aclrtMemcpyAsync: device-to-device copy needs 64-byte aligned source and destination; destination"));
+    CHECK(aclrtMemcpyAsync(b, 500, (char *)a + 32, 500, ACL_MEMCPY_DEFAULT, s) == ACL_ERROR_RT_ADDR_UNALIGNED);
+    CHECK(message_mentions("source"));
+    CHECK(aclrtMemcpyAsync((char *)b + 128, 500, (char *)a + 64, 500, ACL_MEMCPY_DEVICE_TO_DEVICE, s) == ACL_SUCCESS);
+    CHECK(aclrtMemcpyAsync((char *)b + 2, 500, src, 500, ACL_MEMCPY_HOST_TO_DEVICE, s) == ACL_SUCCESS);
+    CHECK(aclrtMemcpy((char *)b + 2, 500, (char *)a + 6, 500, ACL_MEMCPY_DEVICE_TO_DEVICE) == ACL_SUCCESS);
     CHECK(aclrtSynchronizeStream(s) == ACL_SUCCESS);
     CHECK(aclrtSynchronizeStream(NULL) == ACL_SUCCESS);
     CHECK(aclrtDestroyStream(s) == ACL_SUCCESS);

@@ -420,6 +420,18 @@ static void test_errors(void) {
     int64_t ext = 4;
     aclTensor *nz = aclCreateTensor(d4, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_FRACTAL_NZ, &ext, 1, d);
     CHECK(aclnnMulGetWorkspaceSize(nz, nz, nz, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    /* a view reaching past the storage shape it was created with (l0op::Contiguous refuses it) */
+    int64_t d2x2[2] = {2, 2}, st2x2[2] = {4, 1}, ext5 = 5, ext6 = 6, ext3 = 3;
+    aclTensor *wide = aclCreateTensor(d2x2, 2, ACL_FLOAT, st2x2, 0, ACL_FORMAT_ND, &ext5, 1, d);
+    aclTensor *fits = aclCreateTensor(d2x2, 2, ACL_FLOAT, st2x2, 0, ACL_FORMAT_ND, &ext6, 1, d);
+    CHECK(aclnnInplaceCopyGetWorkspaceSize(fits, wide, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    msg = aclGetRecentErrMsg();
+    CHECK(msg && strstr(msg, "aclnnInplaceCopy") && strstr(msg, "src") && strstr(msg, "storage"));
+    aclTensor *shifted = aclCreateTensor(d4, 1, ACL_FLOAT, NULL, 2, ACL_FORMAT_ND, &ext3, 1, d);
+    CHECK(aclnnMulGetWorkspaceSize(shifted, shifted, u16, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    msg = aclGetRecentErrMsg();
+    CHECK(msg && strstr(msg, "self") && strstr(msg, "storage"));
+    aclDestroyTensor(wide), aclDestroyTensor(fits), aclDestroyTensor(shifted);
     /* rank 9 */
     int64_t d9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 2};
     aclTensor *r9 = acl_view(d9, 9, ACL_FLOAT, NULL, 0, d);

@@ -120,6 +120,51 @@ static void test_rms_norm_and_softmax_values(void) {
     CHECK(y[n + 3] == 0.0f);
 }
 
+/* Phase-1 refusals of the documented rules, each naming the op and the operand. */
+static bool refused(aclnnStatus st, const char *op, const char *what) {
+    const char *msg = aclGetRecentErrMsg();
+    bool ok = st == ACLNN_ERR_PARAM_INVALID && msg && strstr(msg, op) && strstr(msg, what);
+    if (!ok) fprintf(stderr, "  status %d, message '%s' (wanted %s / %s)\n", (int)st, msg ? msg : "(null)", op, what);
+    return ok;
+}
+
+static void test_documented_refusals(void) {
+    int64_t d23[2] = {2, 3}, d3[1] = {3}, d2[1] = {2}, d21[2] = {2, 1}, d4[1] = {4};
+    void *p = dev_from(NULL, 256);
+    aclTensor *x = acl_view(d23, 2, ACL_FLOAT, NULL, 0, p), *xi = acl_view(d23, 2, ACL_INT32, NULL, 0, p);
+    aclTensor *xh = acl_view(d23, 2, ACL_FLOAT16, NULL, 0, p), *g3 = acl_view(d3, 1, ACL_FLOAT, NULL, 0, p);
+    aclTensor *g4 = acl_view(d4, 1, ACL_FLOAT, NULL, 0, p), *r21 = acl_view(d21, 2, ACL_FLOAT, NULL, 0, p);
+    aclTensor *r21h = acl_view(d21, 2, ACL_FLOAT16, NULL, 0, p), *g3bf = acl_view(d3, 1, ACL_BF16, NULL, 0, p);
+    aclTensor *i2 = acl_view(d2, 1, ACL_INT64, NULL, 0, p), *f2 = acl_view(d2, 1, ACL_FLOAT, NULL, 0, p);
+    aclTensor *b23 = acl_view(d23, 2, ACL_BOOL, NULL, 0, p);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    /* RmsNorm: gamma = x's trailing dims, gamma x's dtype or FLOAT, yOut x's dtype, rstdOut FLOAT */
+    CHECK(refused(aclnnRmsNormGetWorkspaceSize(x, g4, 1e-6, x, r21, &ws, &ex), "aclnnRmsNorm", "gamma"));
+    CHECK(refused(aclnnRmsNormGetWorkspaceSize(xh, g3bf, 1e-6, xh, r21, &ws, &ex), "aclnnRmsNorm", "gamma"));
+    CHECK(refused(aclnnRmsNormGetWorkspaceSize(x, g3, 1e-6, xh, r21, &ws, &ex), "aclnnRmsNorm", "yOut"));
+    CHECK(refused(aclnnRmsNormGetWorkspaceSize(x, g3, 1e-6, x, r21h, &ws, &ex), "aclnnRmsNorm", "rstdOut"));
+    CHECK(refused(aclnnRmsNormGetWorkspaceSize(xi, g3, 1e-6, x, r21, &ws, &ex), "aclnnRmsNorm", "x"));
+    CHECK(aclnnRmsNormGetWorkspaceSize(xh, g3, 1e-6, xh, r21, &ws, &ex) == ACLNN_SUCCESS); /* F16 x, F32 gamma */
+    CHECK(aclDestroyAclOpExecutor(ex) == ACLNN_SUCCESS);
+    /* Softmax: float dtypes, dim inside the rank, out of self's shape */
+    CHECK(refused(aclnnSoftmaxGetWorkspaceSize(xi, 1, xi, &ws, &ex), "aclnnSoftmax", "self"));
+    CHECK(refused(aclnnSoftmaxGetWorkspaceSize(x, 2, x, &ws, &ex), "aclnnSoftmax", "dim"));
+    CHECK(refused(aclnnSoftmaxGetWorkspaceSize(x, -3, x, &ws, &ex), "aclnnSoftmax", "dim"));
+    CHECK(refused(aclnnSoftmaxGetWorkspaceSize(x, 1, r21, &ws, &ex), "aclnnSoftmax", "out"));
+    /* ArgMax: self not BOOL, out INT32 / INT64, dim inside the rank */
+    CHECK(refused(aclnnArgMaxGetWorkspaceSize(b23, 1, false, i2, &ws, &ex), "aclnnArgMax", "self"));
+    CHECK(refused(aclnnArgMaxGetWorkspaceSize(x, 1, false, f2, &ws, &ex), "aclnnArgMax", "out"));
+    CHECK(refused(aclnnArgMaxGetWorkspaceSize(x, 2, false, i2, &ws, &ex), "aclnnArgMax", "dim"));
+    /* Sin / Cos / Div: a float out */
+    CHECK(refused(aclnnSinGetWorkspaceSize(x, xi, &ws, &ex), "aclnnSin", "out"));
+    CHECK(refused(aclnnCosGetWorkspaceSize(x, xi, &ws, &ex), "aclnnCos", "out"));
+    CHECK(refused(aclnnDivGetWorkspaceSize(x, x, xi, &ws, &ex), "aclnnDiv", "out"));
+    aclTensor *all[] = {x, xi, xh, g3, g4, r21, r21h, g3bf, i2, f2, b23};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) aclDestroyTensor(all[i]);
+    aclrtFree(p);
+}
+
 static void test_batch_invariance(void) {
     float *r1 = malloc(N * 4), *s1 = malloc(N * 4), *r = malloc(N * 4), *s = malloc(N * 4);
     uint64_t h1 = batch_row0(1, r1, s1);
@@ -153,6 +198,11 @@ static void test_silu_swiglu(void) {
     /* errors name the op and the operand */
     CHECK(aclnnSwiGluGetWorkspaceSize(tx, -1, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     CHECK(strstr(aclGetRecentErrMsg(), "aclnnSwiGlu") != NULL);
+    int64_t dz[2] = {0, 8}, dzh[2] = {0, 4};
+    aclTensor *tz = acl_view(dz, 2, ACL_FLOAT, NULL, 0, px), *tzh = acl_view(dzh, 2, ACL_FLOAT, NULL, 0, pg);
+    CHECK(aclnnSwiGluGetWorkspaceSize(tz, -1, tzh, &ws, &ex) == ACLNN_ERR_PARAM_INVALID); /* no empty x */
+    CHECK(strstr(aclGetRecentErrMsg(), "empty") != NULL);
+    aclDestroyTensor(tz), aclDestroyTensor(tzh);
     aclTensor *ti = acl_view(dx, 2, ACL_INT32, NULL, 0, px);
     CHECK(aclnnSiluGetWorkspaceSize(ti, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     const char *msg = aclGetRecentErrMsg();
@@ -250,6 +300,7 @@ int main(int argc, char **argv) {
     test_silu_swiglu();
     test_sin_cos_div();
     test_argmax_index_copy();
+    test_documented_refusals();
     float *r = malloc(N * 4), *s = malloc(N * 4);
     uint64_t h1 = batch_row0(1, r, s), t1 = child_digest(argv[0], 1), t2 = child_digest(argv[0], 2);
     CHECK(t1 != 0 && t1 == h1 && t2 == h1);

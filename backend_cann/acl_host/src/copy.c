@@ -8,8 +8,10 @@
  *
  * During a graph capture the synchronous calls, and async copies with a pageable host side,
  * are "unsafe" (capture.c): an error that invalidates the capture, unless the capture mode
- * allows them. Async copies on a capturing stream are recorded like any task.
+ * allows them. Async copies on a capturing stream are recorded like any task. Async copies
+ * within one device need 64-byte aligned addresses (acl_rt.h).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +144,24 @@ static aclError queue_task(const char *api, struct ah_stream *s, copy_task job,
     return rc;
 }
 
+/* acl_rt.h (8.1.RC1), aclrtMemcpyAsync: "For on-chip Device-to-Device memory copy, both the source
+ * and destination addresses must be 64-byte aligned". The synchronous aclrtMemcpy documents no
+ * such rule. */
+static aclError check_d2d_alignment(const char *api, void *dst, const void *src,
+                                    const copy_sides *sides)
+{
+    if (sides->dst_kind != AH_MEM_DEVICE || sides->src_kind != AH_MEM_DEVICE ||
+        sides->dst_device != sides->src_device)
+        return ACL_SUCCESS;
+    const void *bad = ((uintptr_t)dst % 64) ? dst : ((uintptr_t)src % 64) ? src : NULL;
+    if (!bad)
+        return ACL_SUCCESS;
+    return ah_error(ACL_ERROR_RT_ADDR_UNALIGNED,
+                    "%s: device-to-device copy needs 64-byte aligned source and destination; "
+                    "%s %p is %zu bytes past a 64-byte boundary", api,
+                    bad == dst ? "destination" : "source", bad, (size_t)((uintptr_t)bad % 64));
+}
+
 AH_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
                                  aclrtMemcpyKind kind, aclrtStream stream)
 {
@@ -161,6 +181,8 @@ AH_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, siz
         ranges[n_ranges++] = (ah_range){src, count};
     bool pageable = sides.dst_kind == AH_MEM_NONE || sides.src_kind == AH_MEM_NONE;
     if (pageable && (rc = ah_capture_check_unsafe(api, ah_stream_device(s))) != ACL_SUCCESS)
+        return rc;
+    if ((rc = check_d2d_alignment(api, dst, src, &sides)) != ACL_SUCCESS)
         return rc;
     return queue_task(api, s, (copy_task){dst, src, count, -1}, ranges, n_ranges, pageable);
 }

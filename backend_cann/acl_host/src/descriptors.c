@@ -392,6 +392,31 @@ static bool format_fits(aclFormat format, int ndim) {
     }
 }
 
+/* The elements the view reaches, [offset + negative steps, offset + positive steps], lie inside
+ * the storage shape given to aclCreateTensor: l0op::Contiguous, which the L2 APIs run on strided
+ * inputs, refuses a view whose shape and strides reach past its storage. Called on a non-empty
+ * tensor whose reach check_tensor has already bounded. */
+static aclnnStatus check_view_in_storage(const char *op, const char *name, const aclTensor *t) {
+    int64_t lo = t->offset, hi = t->offset, storage = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t span = (t->dims[i] - 1) * t->strides[i];
+        if (span < 0)
+            lo += span;
+        else
+            hi += span;
+    }
+    for (int i = 0; i < t->n_storage; i++)
+        if (t->storage_dims[i] < 0 || __builtin_mul_overflow(storage, t->storage_dims[i], &storage))
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s has an invalid storage shape", op,
+                            name);
+    if (lo < 0 || hi >= storage)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s view (offset %lld, elements %lld..%lld) reaches outside its storage "
+                        "of %lld elements", op, name, (long long)t->offset, (long long)lo,
+                        (long long)hi, (long long)storage);
+    return ACLNN_SUCCESS;
+}
+
 aclnnStatus ah_check_tensor(const char *op, const char *name, const aclTensor *t,
                             uint64_t dtype_mask, int min_rank, int max_rank) {
     if (!t)
@@ -425,7 +450,7 @@ aclnnStatus ah_check_tensor(const char *op, const char *name, const aclTensor *t
             return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s has too many elements", op, name);
     if (__builtin_mul_overflow(reach + 1, es, &bytes))
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s view is too large", op, name);
-    return ACLNN_SUCCESS;
+    return numel ? check_view_in_storage(op, name, t) : ACLNN_SUCCESS;
 }
 
 aclnnStatus ah_check_scalar(const char *op, const char *name, const aclScalar *s,

@@ -124,6 +124,9 @@ AH_API aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor *x, int64_t dim,
                         op, (long long)dim, -x->ndim, x->ndim - 1, x->ndim);
     if (dim < 0)
         dim += x->ndim;
+    if (ah_tensor_numel(x) == 0)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: x is an empty tensor, which SwiGlu does not "
+                        "support", op);
     if (x->dims[dim] % 2 != 0)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: x has odd size %lld along dim %lld", op,
                         (long long)x->dims[dim], (long long)dim);

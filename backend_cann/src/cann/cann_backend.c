@@ -67,6 +67,11 @@ static clm_status backend_cpy_tensor_async(clm_backend *backend_src, clm_backend
         return CLM_ERR_UNSUPPORTED;
     }
     cann_backend_ctx *ctx_src = backend_ctx(backend_src), *ctx_dst = backend_ctx(backend_dst);
+    /* An async copy within a device needs 64-byte aligned addresses; the caller falls back to a
+     * synchronous copy (aclrtMemcpy has no such rule). */
+    if (ctx_src->device == ctx_dst->device && !cann_d2d_async_aligned(dst->data, src->data)) {
+        return CLM_ERR_UNSUPPORTED;
+    }
     clm_status st;
     if (ctx_src->device != ctx_dst->device) {
         int32_t can_access = 0;
@@ -143,12 +148,13 @@ static clm_status compute_node(cann_backend_ctx *ctx, clm_tensor *node) {
     return entry->compute(ctx, node);
 }
 
-/* Every node in order, each dispatched to its op family. */
+/* Every node in order, each dispatched to its op family. Empty nodes have nothing to compute and
+ * are skipped, as ggml does (some aclnn ops, e.g. SwiGlu, refuse empty tensors). */
 static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
     clm_status st;
     for (size_t i = 0; i < clm_graph_n_nodes(graph); i++) {
         clm_tensor *node = clm_graph_node(graph, i);
-        if (node->op == CLM_OP_NONE || clm_is_view_op(node->op)) continue;
+        if (node->op == CLM_OP_NONE || clm_is_view_op(node->op) || clm_nelements(node) == 0) continue;
         if (!node_is_allocated(node)) {
             return clm_error(CLM_ERR_INVALID_ARG, "%s: node %zu '%s' (%s) has no memory", ctx->name, i, node->name,
                              clm_op_desc(node));

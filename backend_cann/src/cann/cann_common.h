@@ -9,6 +9,11 @@
 
 #define CANN_MAX_DEVICES 16
 #define CANN_BUFFER_ALIGNMENT 128
+/* aclrtMemcpyAsync within a device needs both addresses 64-byte aligned (acl_rt.h, 8.1.RC1). */
+#define CANN_D2D_ASYNC_ALIGNMENT 64
+static inline bool cann_d2d_async_aligned(const void *dst, const void *src) {
+    return ((uintptr_t)dst | (uintptr_t)src) % CANN_D2D_ASYNC_ALIGNMENT == 0;
+}
 #define CANN_MAX_ACL_DIMS 8
 
 /* One per device: identity and its buffer types. */

@@ -1,6 +1,7 @@
 /* ops_cpy.c - CPY, DUP and CONT: element copies in ggml's row-major order with type conversion,
- * via aclrtMemcpyAsync (same type, both contiguous), aclnnCast (types differ, both contiguous)
- * and aclnnInplaceCopy (strided views). */
+ * via aclrtMemcpyAsync (same type, both contiguous, both addresses 64-byte aligned), aclnnCast
+ * (types differ, both contiguous) and aclnnInplaceCopy (strided views, and views at unaligned
+ * offsets). */
 #include "cann/cann_common.h"
 
 static bool is_copy_type(int32_t type) {
@@ -26,7 +27,8 @@ static aclTensor *contiguous_as(const clm_tensor *t, const clm_tensor *shape) {
 clm_status cann_op_cpy(cann_backend_ctx *ctx, clm_tensor *dst) {
     const clm_tensor *src = dst->src[0];
     bool src_cont = clm_is_contiguous(src), dst_cont = clm_is_contiguous(dst);
-    if (src_cont && dst_cont && src->type == dst->type) {
+    bool same_bytes = src_cont && dst_cont && src->type == dst->type;
+    if (same_bytes && cann_d2d_async_aligned(dst->data, src->data)) {
         size_t size = clm_nbytes(dst);
         CANN_ACL(aclrtMemcpyAsync(dst->data, size, src->data, size, ACL_MEMCPY_DEVICE_TO_DEVICE, ctx->stream));
         return CLM_OK;
@@ -48,7 +50,7 @@ clm_status cann_op_cpy(cann_backend_ctx *ctx, clm_tensor *dst) {
     clm_status st;
     if (acl_src == NULL || acl_dst == NULL) {
         st = clm_error(CLM_ERR_UNSUPPORTED, "cannot describe the operands as aclTensors");
-    } else if (src_cont && dst_cont) {
+    } else if (src_cont && dst_cont && !same_bytes) {
         st = CANN_ACLNN(ctx, Cast, acl_src, cann_acl_type(dst->type), acl_dst);
     } else {
         st = CANN_ACLNN(ctx, InplaceCopy, acl_dst, acl_src);
