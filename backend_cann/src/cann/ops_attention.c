@@ -153,24 +153,29 @@ clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {
             if (st != CLM_OK) goto done;
         }
         if (n_q == 1 || max_bias > 0.0f) { /* finite pse, contiguous (mb, n_head, n_q, n_kv) */
-            size_t nb_c[4];
-            contiguous_nb(CLM_TYPE_F16, ne_m, nb_c);
-            if ((st = cann_temp_alloc(ctx, nb_c[3] * (size_t)mb, &clamp_tmp)) != CLM_OK) goto done;
             int64_t ne_p[4] = {n_kv, n_q, n_head, mb};
             size_t nb_p[4];
             contiguous_nb(CLM_TYPE_F16, ne_p, nb_p);
             if ((st = cann_temp_alloc(ctx, nb_p[3] * (size_t)mb, &pse_tmp)) != CLM_OK) goto done;
+            acl_pse = cann_acl_tensor_nd(pse_tmp.ptr, CLM_TYPE_F16, ne_p, nb_p, 4, 0);
+            /* without ALiBi one Clamp writes every head (a stride-0 head dim on the elementwise
+             * input, which aclnn's non-contiguous support takes); with ALiBi clamp, then scale */
+            bool alibi = max_bias > 0.0f;
+            size_t nb_c[4];
+            contiguous_nb(CLM_TYPE_F16, ne_m, nb_c);
+            if (alibi && (st = cann_temp_alloc(ctx, nb_c[3] * (size_t)mb, &clamp_tmp)) != CLM_OK) goto done;
             const float lim = 65504.0f, neg_lim = -65504.0f;
             aclScalar *lo = aclCreateScalar((void *)&neg_lim, ACL_FLOAT), *hi = aclCreateScalar((void *)&lim, ACL_FLOAT);
-            aclTensor *m = cann_acl_tensor_nd(mask->data, mask->type, ne_m, nb_m, 4, 0);
-            aclTensor *c = cann_acl_tensor_nd(clamp_tmp.ptr, CLM_TYPE_F16, ne_m, nb_c, 4, 0);
-            acl_pse = cann_acl_tensor_nd(pse_tmp.ptr, CLM_TYPE_F16, ne_p, nb_p, 4, 0);
+            size_t nb_b[4] = {mask->nb[0], mask->nb[1], 0, mask->nb[3]};
+            aclTensor *m = alibi ? cann_acl_tensor_nd(mask->data, mask->type, ne_m, nb_m, 4, 0)
+                                 : cann_acl_tensor_nd(mask->data, mask->type, ne_p, nb_b, 4, 0);
+            aclTensor *c = alibi ? cann_acl_tensor_nd(clamp_tmp.ptr, CLM_TYPE_F16, ne_m, nb_c, 4, 0) : acl_pse;
             st = (lo == NULL || hi == NULL || m == NULL || c == NULL || acl_pse == NULL)
                      ? clm_error(CLM_ERR_UNSUPPORTED, "%s: cannot describe the bias", clm_op_desc(dst))
                      : CANN_ACLNN(ctx, Clamp, m, lo, hi, c);
             if (lo != NULL) aclDestroyScalar(lo);
             if (hi != NULL) aclDestroyScalar(hi);
-            if (st == CLM_OK && max_bias > 0.0f) { /* ALiBi: pse = slope[h] * clamped mask */
+            if (st == CLM_OK && alibi) { /* pse = slope[h] * clamped mask */
                 void *slopes = NULL;
                 st = cann_nn_alibi_slopes(ctx, max_bias, n_head, &slopes);
                 int64_t ne_s[4] = {1, 1, n_head, 1};
@@ -182,10 +187,9 @@ clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {
                                                         clm_op_desc(dst))
                                             : CANN_ACLNN(ctx, Mul, c, acl_slopes, acl_pse);
                 cann_destroy_tensors(1, acl_slopes);
-            } else if (st == CLM_OK) { /* every head gets the same row */
-                st = CANN_ACLNN(ctx, InplaceCopy, acl_pse, c);
             }
-            cann_destroy_tensors(2, m, c);
+            cann_destroy_tensors(1, m);
+            if (alibi) cann_destroy_tensors(1, c);
             if (st != CLM_OK) goto done;
         }
     }
