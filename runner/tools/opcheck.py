@@ -489,6 +489,10 @@ def _flash_attn_cases() -> list[Case]:
     cases.append(_fa_case(64, 8, 2, 113, 3, n_seq=2))
     cases.append(_fa_case(64, 4, 4, 113, 7, kv_type=F32))
     cases.append(_fa_case(64, 4, 4, 113, 7, softcap=30.0))     # no softcap in FIA: declined
+    cases.append(_fa_case(64, 4, 2, 4096, 8))                   # prefill over 4096 keys (attenMask)
+    cases.append(_fa_case(64, 9, 3, 1000, 1))                   # decode past 512 keys (full-head pse)
+    cases.append(_fa_case(64, 8, 2, 600, 1, n_seq=2))           # decode, two sequences, > 512 keys
+    cases.append(_fa_case(64, 8, 2, 700, 1, max_bias=8.0))      # ALiBi decode past 512 keys
     return cases
 
 

@@ -1,7 +1,8 @@
 /* test_aclnn_attention.c - aclnnFusedInferAttentionScoreV2 on acl_host against a double-precision
  * reference: GQA (9/3, 32/8, 4/4), head dims 64 and 128, query lengths 1, 7 and 33, up to 300 keys,
- * BSND / BNSD / BSH layouts, non-contiguous K/V views into a larger cache, an F16 pse with a
- * stride-0 head dim holding -inf positions, a BOOL attenMask, fully masked rows, softmaxLse;
+ * BSND / BNSD / BSH layouts, non-contiguous K/V views into a larger cache, a contiguous full-head
+ * finite F16 pse with the -inf positions in a BOOL attenMask, a BOOL attenMask alone, fully masked
+ * rows, softmaxLse; the contiguity, finiteness and decode-mask rules;
  * batch invariance (a row's bits at Sq = 1, 7, 64), thread-count and ISA invariance (1 vs 2 threads,
  * scalar / AVX2 / AVX-512, in separate processes: the settings are read at init); error codes and messages.
  * CT_BENCH=1 prints decode GB/s of KV and prefill GFLOPS.
@@ -73,7 +74,7 @@ typedef struct fa_case {
     int64_t B, N, KVN, Sq, Skv, D;
     const char *layout; /* BSND, BNSD or BSH */
     bool strided_kv;    /* K/V as views into a larger, padded cache */
-    int mask_kind;      /* 0 none, 1 F16 pse (stride-0 heads), 2 BOOL attenMask */
+    int mask_kind;      /* 0 none, 1 finite F16 pse (every head) + BOOL attenMask, 2 BOOL attenMask */
 } fa_case;
 
 /* Host data in logical (b, n, s, d) order; pse / mask logical (i, j) shared by batch and heads. */
@@ -209,25 +210,31 @@ static aclnnStatus fa_run(const fa_case *c, const fa_data *d, int64_t Sq_data, i
     }
     a.k = acl_view(dims, nd, ACL_FLOAT16, strides, off, kd);
     a.v = acl_view(dims, nd, ACL_FLOAT16, strides, off, vd);
-    /* pse (1, N, Sq, Skv) with a stride-0 head dim over rows padded to Skv + 3; mask (1, Sq, Skv) */
-    void *pd = NULL;
+    /* contiguous: pse (1, N, Sq, pad) finite, -65504 where masked; mask (1, Sq, pad) BOOL; the
+     * key dim padded to Skv + 3 (the document allows padded sizes) */
+    void *pd = NULL, *md = NULL;
     int64_t pad = Skv + 3;
     if (c->mask_kind == 1) {
-        uint16_t *ph = malloc((size_t)(Sq_data * pad) * 2);
-        for (int64_t i = 0; i < Sq_data; i++)
-            for (int64_t j = 0; j < pad; j++) ph[i * pad + j] = j < Skv ? f16(d->bias[i * Skv + j]) : f16(-INFINITY);
-        pd = dev_from(ph, (size_t)(Sq_data * pad) * 2);
+        uint16_t *ph = malloc((size_t)(N * Sq * pad) * 2);
+        for (int64_t h = 0; h < N; h++)
+            for (int64_t i = 0; i < Sq; i++)
+                for (int64_t j = 0; j < pad; j++) {
+                    float b = j < Skv ? d->bias[(row0 + i) * Skv + j] : -INFINITY;
+                    ph[(h * Sq + i) * pad + j] = f16(b == -INFINITY ? -65504.0f : b);
+                }
+        pd = dev_from(ph, (size_t)(N * Sq * pad) * 2);
         free(ph);
-        int64_t pdims[4] = {1, N, Sq, Skv}, pst[4] = {0, 0, pad, 1};
-        a.pse = acl_view(pdims, 4, ACL_FLOAT16, pst, row0 * pad, pd);
-    } else if (c->mask_kind == 2) {
-        unsigned char *mh = malloc((size_t)(Sq_data * pad));
-        for (int64_t i = 0; i < Sq_data; i++)
-            for (int64_t j = 0; j < pad; j++) mh[i * pad + j] = j >= Skv || d->bias[i * Skv + j] == -INFINITY;
-        pd = dev_from(mh, (size_t)(Sq_data * pad));
+        int64_t pdims[4] = {1, N, Sq, pad};
+        a.pse = acl_view(pdims, 4, ACL_FLOAT16, NULL, 0, pd);
+    }
+    if (c->mask_kind != 0) {
+        unsigned char *mh = malloc((size_t)(Sq * pad));
+        for (int64_t i = 0; i < Sq; i++)
+            for (int64_t j = 0; j < pad; j++) mh[i * pad + j] = j >= Skv || d->bias[(row0 + i) * Skv + j] == -INFINITY;
+        md = dev_from(mh, (size_t)(Sq * pad));
         free(mh);
-        int64_t mdims[3] = {1, Sq, Skv}, mst[3] = {0, pad, 1};
-        a.mask = acl_view(mdims, 3, ACL_BOOL, mst, row0 * pad, pd);
+        int64_t mdims[3] = {1, Sq, pad};
+        a.mask = acl_view(mdims, 3, ACL_BOOL, NULL, 0, md);
     }
     if (want_lse) {
         int64_t ldims[4] = {B, N, Sq, 1};
@@ -250,6 +257,7 @@ static aclnnStatus fa_run(const fa_case *c, const fa_data *d, int64_t Sq_data, i
     aclDestroyTensor(a.lse);
     aclrtFree(qd), aclrtFree(kd), aclrtFree(vd), aclrtFree(od), aclrtFree(lsed);
     if (pd) aclrtFree(pd);
+    if (md) aclrtFree(md);
     free(qh), free(kh), free(vh), free(oh);
     return st;
 }
@@ -437,6 +445,73 @@ static void test_errors(void) {
     CHECK(try_phase1(ACL_BF16, 8, 2, 64, "BSND", 0, 1, false) == ACLNN_ERR_PARAM_INVALID);    /* q BF16, k F16 */
 }
 
+/* The rules the backend's old call pattern broke: a stride-0 (broadcast) pse head dim, a query
+ * laid out BNSD but described as BSND, a -inf in the pse (a run-time error at synchronize), a decode
+ * attenMask over more than 512 keys. Strided K / V stay accepted (the relaxation). */
+static char rule_msg[512];
+
+static aclnnStatus rules_case(int which) {
+    const int64_t N = 4, KVN = 2, Sq = which == 3 || which == 4 ? 1 : 3, Skv = which >= 3 ? 512 + (which == 3) : 40;
+    const int64_t D = 64;
+    size_t nq = (size_t)(N * Sq * D), nk = (size_t)(KVN * Skv * D), np = (size_t)(N * Sq * Skv);
+    uint16_t *h = malloc((nk > np ? nk : np) * 2);
+    for (size_t i = 0; i < (nk > np ? nk : np); i++) h[i] = f16(0.5f * urand());
+    void *qd = dev_from(h, nq * 2), *kd = dev_from(h, nk * 2), *vd = dev_from(h, nk * 2), *od = dev_alloc(nq * 2);
+    if (which == 2) h[7] = f16(-INFINITY);
+    void *pd = dev_from(h, np * 2);
+    unsigned char *mh = calloc((size_t)Skv, 1);
+    void *md = dev_from(mh, (size_t)Skv);
+    int64_t qdims[4] = {1, Sq, N, D}, kdims[4] = {1, Skv, KVN, D}, pdims[4] = {1, N, Sq, Skv};
+    int64_t qbnsd_st[4] = {N * Sq * D, D, Sq * D, 1}, pst0[4] = {0, 0, Skv, 1};
+    fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = 0.125, .layout = "BSND", .inner = Sq == 1 ? 0 : 2};
+    a.q = acl_view(qdims, 4, ACL_FLOAT16, which == 1 ? qbnsd_st : NULL, 0, qd);
+    a.out = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, od);
+    a.k = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, kd), a.v = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, vd);
+    if (which == 0) a.pse = acl_view(pdims, 4, ACL_FLOAT16, pst0, 0, pd);   /* stride-0 heads */
+    if (which == 2) a.pse = acl_view(pdims, 4, ACL_FLOAT16, NULL, 0, pd);   /* one -inf */
+    if (which >= 3) {                                                       /* (B, 1, 1, Skv) */
+        int64_t mdims[4] = {1, 1, 1, Skv};
+        a.mask = acl_view(mdims, 4, ACL_BOOL, NULL, 0, md);
+    }
+    aclTensorList *kl = list1(a.k), *vl = list1(a.v);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    char layout[] = "BSND";
+    aclnnStatus st = aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
+        a.q, kl, vl, a.pse, a.mask, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL, N, 0.125, 65535, 65535, layout, KVN, 0, a.inner, 0, 0, false, 0, 0,
+        a.out, NULL, &ws, &ex);
+    if (st == ACLNN_SUCCESS) {
+        CHECK(ws == 0);
+        CHECK(aclnnFusedInferAttentionScoreV2(NULL, 0, ex, stream) == ACLNN_SUCCESS);
+        st = (aclnnStatus)aclrtSynchronizeStream(stream);
+    }
+    rule_msg[0] = 0;
+    if (st != ACLNN_SUCCESS) {
+        const char *m = aclGetRecentErrMsg(); /* reading it clears it */
+        snprintf(rule_msg, sizeof rule_msg, "%s", m ? m : "");
+        printf("  rule %d: %d %s\n", which, st, rule_msg);
+        CHECK(strstr(rule_msg, "aclnnFusedInferAttentionScoreV2") != NULL);
+    }
+    aclDestroyTensorList(kl), aclDestroyTensorList(vl);
+    aclDestroyTensor(a.q), aclDestroyTensor(a.out), aclDestroyTensor(a.pse), aclDestroyTensor(a.mask);
+    aclrtFree(qd), aclrtFree(kd), aclrtFree(vd), aclrtFree(od), aclrtFree(pd), aclrtFree(md);
+    free(h), free(mh);
+    return st;
+}
+
+static void test_contiguity_finiteness_decode_mask(void) {
+    CHECK(rules_case(0) == ACLNN_ERR_PARAM_INVALID);                   /* stride-0 pse heads */
+    CHECK(strstr(rule_msg, "pseShiftOptional must be contiguous") != NULL);
+    CHECK(rules_case(1) == ACLNN_ERR_PARAM_INVALID);                   /* strided query */
+    CHECK(strstr(rule_msg, "query must be contiguous") != NULL);
+    CHECK(rules_case(2) == (aclnnStatus)ACL_ERROR_RT_AICORE_EXCEPTION); /* -inf in the pse */
+    CHECK(strstr(rule_msg, "not finite") != NULL);
+    CHECK(rules_case(3) == ACLNN_ERR_PARAM_INVALID);                   /* decode mask, 513 keys */
+    CHECK(strstr(rule_msg, "512") != NULL);
+    CHECK(rules_case(4) == ACLNN_SUCCESS);                             /* decode mask, 512 keys */
+}
+
 /* ---- bench -------------------------------------------------------------------------------------- */
 static double now(void) {
     struct timespec ts;
@@ -450,17 +525,17 @@ static void bench_one(int64_t N, int64_t KVN, int64_t Sq, int64_t Skv, int64_t D
     for (int64_t i = 0; i < (nq > nk ? nq : nk); i++) h[i] = f16(urand());
     void *qd = dev_from(h, (size_t)nq * 2), *kd = dev_from(h, (size_t)nk * 2), *vd = dev_from(h, (size_t)nk * 2);
     void *od = dev_alloc((size_t)nq * 2);
-    uint16_t *ph = malloc((size_t)(Sq * Skv) * 2);
-    for (int64_t i = 0; i < Sq; i++)
-        for (int64_t j = 0; j < Skv; j++) ph[i * Skv + j] = f16(j > i + Skv - Sq ? -INFINITY : 0.0f);
-    void *pd = dev_from(ph, (size_t)(Sq * Skv) * 2);
+    uint16_t *ph = malloc((size_t)(N * Sq * Skv) * 2); /* causal, as a full-head finite pse */
+    for (int64_t i = 0; i < N * Sq; i++)
+        for (int64_t j = 0; j < Skv; j++) ph[i * Skv + j] = f16(j > i % Sq + Skv - Sq ? -65504.0f : 0.0f);
+    void *pd = dev_from(ph, (size_t)(N * Sq * Skv) * 2);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        int64_t qdims[4] = {1, Sq, N, D}, kdims[4] = {1, Skv, KVN, D}, pdims[4] = {1, N, Sq, Skv}, pst[4] = {0, 0, Skv, 1};
+        int64_t qdims[4] = {1, Sq, N, D}, kdims[4] = {1, Skv, KVN, D}, pdims[4] = {1, N, Sq, Skv};
         fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = 0.1, .layout = "BSND", .inner = Sq == 1 ? 0 : 2};
         a.q = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, qd), a.out = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, od);
         a.k = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, kd), a.v = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, vd);
-        a.pse = acl_view(pdims, 4, ACL_FLOAT16, pst, 0, pd);
+        a.pse = acl_view(pdims, 4, ACL_FLOAT16, NULL, 0, pd);
         double t0 = now();
         CHECK(fia(&a) == ACLNN_SUCCESS);
         double t = now() - t0;
@@ -498,6 +573,7 @@ int main(int argc, char **argv) {
         test_batch_invariance();
         test_thread_and_isa_invariance(argv[0]);
         test_errors();
+        test_contiguity_finiteness_decode_mask();
         if (getenv("CT_BENCH")) bench();
     }
     CHECK(aclrtDestroyStream(stream) == ACL_SUCCESS);

@@ -232,6 +232,39 @@ static void test_sin_cos_div(void) {
     aclrtFree(px), aclrtFree(pb), aclrtFree(py);
 }
 
+/* Clamp and IsNegInf on F16: how the attention mask becomes a finite pse and a BOOL attenMask. */
+static void test_clamp_isneginf(void) {
+    int64_t d[1] = {6};
+    const float x[6] = {0.0f, -INFINITY, 3.5f, INFINITY, -70000.0f, NAN};
+    uint16_t xh[6], yh[6];
+    unsigned char m[6];
+    for (int i = 0; i < 6; i++) xh[i] = aclFloatToFloat16(x[i]);
+    void *px = dev_from(xh, 12), *py = dev_from(NULL, 12), *pm = dev_from(NULL, 6);
+    aclTensor *tx = acl_view(d, 1, ACL_FLOAT16, NULL, 0, px), *ty = acl_view(d, 1, ACL_FLOAT16, NULL, 0, py);
+    aclTensor *tm = acl_view(d, 1, ACL_BOOL, NULL, 0, pm), *tf = acl_view(d, 1, ACL_FLOAT, NULL, 0, py);
+    float lo = -65504.0f, hi = 65504.0f;
+    aclScalar *slo = aclCreateScalar(&lo, ACL_FLOAT), *shi = aclCreateScalar(&hi, ACL_FLOAT);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    launch(aclnnClampGetWorkspaceSize(tx, slo, shi, ty, &ws, &ex), aclnnClamp, &ws, &ex);
+    to_host(yh, py, 12);
+    const float want[5] = {0.0f, -65504.0f, 3.5f, 65504.0f, -65504.0f};
+    for (int i = 0; i < 5; i++) CHECK(aclFloat16ToFloat(yh[i]) == want[i]);
+    CHECK(isnan(aclFloat16ToFloat(yh[5])));
+    launch(aclnnIsNegInfGetWorkspaceSize(tx, tm, &ws, &ex), aclnnIsNegInf, &ws, &ex);
+    to_host(m, pm, 6);
+    for (int i = 0; i < 6; i++) CHECK(m[i] == (i == 1 || i == 4)); /* -70000 is -inf in F16 */
+    /* errors: out dtype */
+    CHECK(aclnnClampGetWorkspaceSize(tx, slo, shi, tf, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "aclnnClamp") != NULL);
+    CHECK(aclnnIsNegInfGetWorkspaceSize(tx, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
+    CHECK(strstr(aclGetRecentErrMsg(), "aclnnIsNegInf") != NULL);
+    CHECK(aclnnClampGetWorkspaceSize(tx, NULL, NULL, ty, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+    aclDestroyScalar(slo), aclDestroyScalar(shi);
+    aclDestroyTensor(tx), aclDestroyTensor(ty), aclDestroyTensor(tm), aclDestroyTensor(tf);
+    aclrtFree(px), aclrtFree(py), aclrtFree(pm);
+}
+
 static void test_argmax_index_copy(void) {
     int64_t dx[2] = {3, 5}, dout[1] = {3};
     float x[15] = {1, 5, 5, 0, 2, -1, -2, -3, -0.5f, -4, 0, 0, 0, 0, 7};
@@ -299,6 +332,7 @@ int main(int argc, char **argv) {
     test_batch_invariance();
     test_silu_swiglu();
     test_sin_cos_div();
+    test_clamp_isneginf();
     test_argmax_index_copy();
     test_documented_refusals();
     float *r = malloc(N * 4), *s = malloc(N * 4);

@@ -3,12 +3,19 @@
  * out[b, h, i, :] = softmax_j(scale * q[b,h,i,:] . k[b,g,j,:] + pse[b,h,i,j], masked) . v[b,g,j,:]
  * with g = h / (numHeads / numKeyValueHeads) (native GQA). The subset implemented: layouts BSH,
  * BSND, BNSD and BNSD_BSND; F16 or BF16 query / key / value / out; key and value as one-tensor
- * lists; optional pseShift (query's dtype, (B|1, N, >= Sq, >= Skv), any strides, e.g. a stride-0
- * head dim) and attenMask (BOOL / INT8 / UINT8, 1 = excluded); sparseMode 0 with the preTokens /
- * nextTokens window applied when a mask is given and Sq > 1; optional softmaxLse (F32
- * [B, N, Sq, 1]). Quantization, paging, actual sequence lengths and shared prefixes are rejected
- * with ACLNN_ERR_PARAM_INVALID. Operands may be strided views (ggml passes permuted views into
- * its KV cache) as long as the head dim is contiguous.
+ * lists; optional pseShift (query's dtype, (B|1, N, >= Sq, >= Skv), finite) and attenMask (BOOL /
+ * INT8 / UINT8, 1 = excluded); sparseMode 0 with the preTokens / nextTokens window applied when a
+ * mask is given and Sq > 1; optional softmaxLse (F32 [B, N, Sq, 1]). Quantization, paging, actual
+ * sequence lengths and shared prefixes are rejected with ACLNN_ERR_PARAM_INVALID.
+ *
+ * Contiguity, as the operator document states: query, pseShift and attenMask must be contiguous
+ * (a stride-0 broadcast dim is not). Relaxed for key and value: they may be strided views with a
+ * contiguous head dim, because ggml's CANN backend passes permuted views into its KV cache on
+ * hardware. Two rules from hardware reports rather than the document: a pseShift holding -inf or
+ * NaN makes the NPU return NaN rows (llama.cpp-omni PR #89), so the run fails with
+ * ACL_ERROR_RT_AICORE_EXCEPTION when the pse data is not finite (checked on the data when the task
+ * runs: phase 1 cannot see device data); and a decode (Sq = 1) attenMask is ignored past key 512
+ * (vllm-ascend issue #15503), so one over more than 512 keys is refused.
  *
  * Arithmetic, as the NPU's cube and vector units do it: F16/BF16 inputs widened to F32; each
  * score is one F32 dot product over D in a fixed order (16 lanes, lane l takes d = l mod 16, then
@@ -45,6 +52,7 @@
 #define FIA_MAX_GROUP 64
 #define FIA_MAX_D 512
 #define FIA_MAX_BATCH 65536
+#define FIA_DECODE_MASK_MAX 512 /* keys a decode attenMask is honoured for on hardware */
 #define FIA_KV_BLOCK 32   /* keys / values widened to F32 at a time */
 #define FIA_UNIT_ROWS 32  /* query rows a task aims for */
 #define FIA_MIN_PARALLEL_MACS (1 << 20) /* below this the whole op runs on the calling thread */
@@ -353,6 +361,16 @@ static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
     free(buf);
 }
 
+/* Index of the first F16 / BF16 element with an all-ones exponent (inf or NaN), or -1. */
+static int64_t first_non_finite(const char *data, int64_t n, aclDataType t) {
+    const uint16_t *h = (const uint16_t *)(const void *)data;
+    const uint16_t exp = t == ACL_FLOAT16 ? 0x7c00 : 0x7f80;
+    for (int64_t i = 0; i < n; i++)
+        if ((h[i] & exp) == exp)
+            return i;
+    return -1;
+}
+
 static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
     (void)workspace;
     fia_job *job = calloc(1, sizeof *job);
@@ -372,6 +390,14 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
         job->pse = elem_ptr(t);
         for (int i = 0; i < 4; i++)
             job->pse_s[i] = t->dims[i] == 1 ? 0 : t->strides[i];
+        int64_t bad = first_non_finite(job->pse, ah_tensor_numel(t), t->dtype);
+        if (bad >= 0) {
+            free(job);
+            return ah_error(ACL_ERROR_RT_AICORE_EXCEPTION,
+                            "%s: pseShiftOptional element %lld is not finite (-inf / NaN in the pse "
+                            "gives NaN rows on the NPU; mask with attenMaskOptional)", FIA,
+                            (long long)bad);
+        }
     }
     if (p->slot_mask >= 0) {
         const aclTensor *t = &ex->tensors[p->slot_mask];
@@ -460,7 +486,7 @@ static aclnnStatus list_tensor(const char *name, const aclTensorList *list, cons
 
 /* dtype, rank for the layout, contiguous head dim; fills (B, S, N, D). */
 static aclnnStatus check_qkv(const char *name, const aclTensor *t, fia_layout layout,
-                             aclDataType dtype, int64_t n_head, int64_t *dims4) {
+                             aclDataType dtype, int64_t n_head, int64_t *dims4, bool contiguous) {
     int rank = layout == LAYOUT_BSH ? 3 : 4;
     AH_TRY(ah_check_tensor(FIA, name, t, AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16), rank,
                         rank));
@@ -477,6 +503,10 @@ static aclnnStatus check_qkv(const char *name, const aclTensor *t, fia_layout la
         return ah_error(ACLNN_ERR_PARAM_INVALID,
                         "%s: %s's head dim has stride %lld; acl_host needs it contiguous", FIA,
                         name, (long long)t->strides[rank - 1]);
+    if (contiguous && !ah_tensor_is_contiguous(t))
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s must be contiguous in its layout (non-contiguous query / pseShift "
+                        "/ attenMask are not supported)", FIA, name);
     return ACLNN_SUCCESS;
 }
 
@@ -495,6 +525,9 @@ static aclnnStatus check_pse(const aclTensor *pse, aclDataType dtype, const int6
                         "%lld, >= %lld, >= %lld)", FIA, ah_shape_str(buf, sizeof buf, d, 4),
                         (long long)q4[0], (long long)q4[2], (long long)q4[1], (long long)s_kv);
     }
+    if (!ah_tensor_is_contiguous(pse))
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: pseShiftOptional must be contiguous (no stride-0 broadcast dims)", FIA);
     return ACLNN_SUCCESS;
 }
 
@@ -520,6 +553,14 @@ static aclnnStatus check_mask(const aclTensor *m, const int64_t *q4, int64_t s_k
                         ah_shape_str(buf, sizeof buf, d, n), (long long)B, (long long)S,
                         (long long)s_kv);
     }
+    if (!ah_tensor_is_contiguous(m))
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: attenMaskOptional must be contiguous (no stride-0 broadcast dims)", FIA);
+    if (S == 1 && s_kv > FIA_DECODE_MASK_MAX)
+        return ah_error(ACLNN_ERR_PARAM_INVALID,
+                        "%s: attenMaskOptional with one query row over %lld > %d keys: the decode "
+                        "kernel ignores it past key %d on hardware; pass the mask as a full-head "
+                        "pseShift", FIA, (long long)s_kv, FIA_DECODE_MASK_MAX, FIA_DECODE_MASK_MAX);
     return ACLNN_SUCCESS;
 }
 
@@ -588,9 +629,9 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
                         0, AH_OP_MAX_RANK));
     aclDataType dtype = query->dtype;
     int64_t q4[4], k4[4], v4[4], o4[4];
-    AH_TRY(check_qkv("query", query, in_layout, dtype, numHeads, q4));
-    AH_TRY(check_qkv("key", k, in_layout, dtype, n_kv, k4));
-    AH_TRY(check_qkv("value", v, in_layout, dtype, n_kv, v4));
+    AH_TRY(check_qkv("query", query, in_layout, dtype, numHeads, q4, true));
+    AH_TRY(check_qkv("key", k, in_layout, dtype, n_kv, k4, false));   /* relaxed: see the top */
+    AH_TRY(check_qkv("value", v, in_layout, dtype, n_kv, v4, false));
     if (q4[2] != numHeads)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: query has %lld heads, numHeads is %lld",
                         FIA, (long long)q4[2], (long long)numHeads);
@@ -633,7 +674,7 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
 
     /* out: query's shape (BSND for BNSD_BSND), query's dtype */
     fia_layout out_layout = layout == LAYOUT_BNSD_BSND ? LAYOUT_BSND : layout;
-    AH_TRY(check_qkv("attentionOut", attentionOut, out_layout, dtype, numHeads, o4));
+    AH_TRY(check_qkv("attentionOut", attentionOut, out_layout, dtype, numHeads, o4, false));
     if (memcmp(o4, q4, sizeof q4) != 0) {
         char a[96];
         return ah_error(ACLNN_ERR_PARAM_INVALID,

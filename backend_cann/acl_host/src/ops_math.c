@@ -1,9 +1,11 @@
-/* ops_math.c - aclnnSin, aclnnCos and aclnnDiv (the math the rotary cache is built with).
+/* ops_math.c - aclnnSin, aclnnCos and aclnnDiv (the math the rotary cache is built with), and
+ * aclnnClamp / aclnnIsNegInf (how the attention mask is split into a bias and a BOOL mask).
  *
  * Sin / Cos: integer, bool and float inputs, float outputs; F32 / F16 / BF16 compute in F32
  * (sinf / cosf), F64 in double. Div: true division with NumPy broadcasting; the result dtype is
  * the promotion of the inputs, integers and bool promote to FLOAT; out may be any float dtype the
- * result converts to. F16 / BF16 divide in F32 and round once.
+ * result converts to. F16 / BF16 divide in F32 and round once. Clamp: float self, out of self's
+ * shape and dtype, min / max scalars (NaN stays NaN). IsNegInf: float self, BOOL out of its shape.
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -17,12 +19,13 @@
      AH_DTYPE_BIT(ACL_DOUBLE))
 #define BLOCK 512
 
-typedef enum math_kind { MATH_SIN, MATH_COS, MATH_DIV } math_kind;
+typedef enum math_kind { MATH_SIN, MATH_COS, MATH_DIV, MATH_CLAMP, MATH_ISNEGINF } math_kind;
 
 typedef struct math_params {
     math_kind kind;
     int slot_a, slot_b, slot_out; /* slot_b < 0 for the unary ops */
     bool f64;                     /* compute in double */
+    double lo, hi;                /* Clamp bounds */
 } math_params;
 
 typedef struct math_ctx {
@@ -40,7 +43,11 @@ static void math_segment(void *vctx, int64_t n, char *const *p, const int64_t *s
         if (mp->kind == MATH_DIV)
             ah_load_f64(c->b_t, p[2] + done * s[2], s[2], m, b);
         for (int64_t i = 0; i < m; i++) {
-            if (mp->f64) {
+            if (mp->kind == MATH_CLAMP) {
+                a[i] = a[i] < mp->lo ? mp->lo : a[i] > mp->hi ? mp->hi : a[i];
+            } else if (mp->kind == MATH_ISNEGINF) {
+                a[i] = a[i] == -INFINITY ? 1.0 : 0.0;
+            } else if (mp->f64) {
                 a[i] = mp->kind == MATH_SIN ? sin(a[i]) : mp->kind == MATH_COS ? cos(a[i]) : a[i] / b[i];
             } else {
                 float x = (float)a[i];
@@ -139,4 +146,67 @@ AH_API aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTens
 AH_API aclnnStatus aclnnDiv(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                             aclrtStream stream) {
     return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnDiv");
+}
+
+#define FLOAT_IN (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
+
+AH_API aclnnStatus aclnnClampGetWorkspaceSize(const aclTensor *self, const aclScalar *clipValueMin,
+                                              const aclScalar *clipValueMax, aclTensor *out,
+                                              uint64_t *workspaceSize, aclOpExecutor **executor) {
+    const char *op = "aclnnClamp";
+    AH_TRY(ah_check_tensor(op, "self", self, FLOAT_IN, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, FLOAT_IN, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    if (!clipValueMin && !clipValueMax)
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: clipValueMin and clipValueMax are both NULL",
+                        op);
+    if (out->dtype != self->dtype)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: out has dtype %s, self has %s", op,
+                        ah_dtype_name(out->dtype), ah_dtype_name(self->dtype));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
+    double lo = -INFINITY, hi = INFINITY;
+    if (clipValueMin)
+        ah_convert_value(clipValueMin->dtype, clipValueMin->value.bytes, ACL_DOUBLE, &lo);
+    if (clipValueMax)
+        ah_convert_value(clipValueMax->dtype, clipValueMax->value.bytes, ACL_DOUBLE, &hi);
+    aclOpExecutor *ex = ah_executor_new(op, math_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    math_params *mp = AH_EXEC_PARAMS(ex, math_params);
+    mp->kind = MATH_CLAMP;
+    mp->slot_a = ah_executor_add_tensor(ex, "self", self, AH_IN);
+    mp->slot_b = -1;
+    mp->slot_out = ah_executor_add_tensor(ex, "out", out, AH_OUT);
+    mp->f64 = true;
+    mp->lo = lo, mp->hi = hi;
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnClamp(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                              const aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnClamp");
+}
+
+AH_API aclnnStatus aclnnIsNegInfGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+                                                 uint64_t *workspaceSize, aclOpExecutor **executor) {
+    const char *op = "aclnnIsNegInf";
+    AH_TRY(ah_check_tensor(op, "self", self, FLOAT_IN, 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "out", out, AH_DTYPE_BIT(ACL_BOOL), 0, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    AH_TRY(ah_check_shape(op, "out", out, self->dims, self->ndim, "self's shape"));
+    aclOpExecutor *ex = ah_executor_new(op, math_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    math_params *mp = AH_EXEC_PARAMS(ex, math_params);
+    mp->kind = MATH_ISNEGINF;
+    mp->slot_a = ah_executor_add_tensor(ex, "self", self, AH_IN);
+    mp->slot_b = -1;
+    mp->slot_out = ah_executor_add_tensor(ex, "out", out, AH_OUT);
+    mp->f64 = true;
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnIsNegInf(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                 const aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnIsNegInf");
 }

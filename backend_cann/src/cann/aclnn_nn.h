@@ -43,6 +43,19 @@ aclnnStatus aclnnCosGetWorkspaceSize(const aclTensor *input, aclTensor *out, uin
 aclnnStatus aclnnCos(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                      const aclrtStream stream);
 
+/* aclnn_clamp.h: out = min(max(self, clipValueMin), clipValueMax) (self's shape and dtype). */
+aclnnStatus aclnnClampGetWorkspaceSize(const aclTensor *self, const aclScalar *clipValueMin,
+                                       const aclScalar *clipValueMax, aclTensor *out, uint64_t *workspaceSize,
+                                       aclOpExecutor **executor);
+aclnnStatus aclnnClamp(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                       const aclrtStream stream);
+
+/* aclnn_isneginf.h: out (BOOL) = self == -inf. */
+aclnnStatus aclnnIsNegInfGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+                                          aclOpExecutor **executor);
+aclnnStatus aclnnIsNegInf(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                          const aclrtStream stream);
+
 /* aclnn_div.h: out = self / other (broadcast, true division). */
 aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
                                      uint64_t *workspaceSize, aclOpExecutor **executor);
