@@ -132,3 +132,35 @@ def test_supports_op_declines_what_fused_attention_cannot_do(clm, device):
         assert device.supports_op(_fa_node(clm, ctx, max_bias=8.0))       # ALiBi: slopes in the pse
         assert not device.supports_op(_fa_node(clm, ctx, k_type=clm.TensorType.F32))  # K/V F16 only
         assert not device.supports_op(_fa_node(clm, ctx, D=40))           # D % 16 != 0
+
+
+@pytest.mark.parametrize("n_q", [1, 4])
+def test_nan_in_a_query_row_gives_nan_not_zeros(clm, device, backend, n_q):
+    """A NaN score poisons its row's softmax on the NPU: the row comes out NaN (as the CPU
+    reference gives), never as a quiet row of zeros; the other rows stay finite."""
+    F32, F16 = clm.TensorType.F32, clm.TensorType.F16
+    D, n_head, n_head_kv, n_kv = 64, 4, 2, 32
+    q_np = rng.standard_normal((1, n_head, n_q, D)).astype(np.float32)
+    q_np[0, 1, 0, :] = np.nan                          # head 1, row 0: every score NaN
+    q_np[0, 2, n_q - 1, 5] = np.nan                    # head 2, last row
+    kv = rng.uniform(-1, 1, (2, 1, n_head_kv, n_kv, D)).astype(np.float16)
+    with clm.Context() as ctx:
+        q = ctx.new_tensor(F32, (D, n_q, n_head, 1), name="q")
+        k = ctx.new_tensor(F16, (D, n_kv, n_head_kv, 1), name="k")
+        v = ctx.new_tensor(F16, (D, n_kv, n_head_kv, 1), name="v")
+        mask = ctx.new_tensor(F16, (n_kv, n_q, 1, 1), name="kq_mask")
+        out = _flash_attn_ext(clm, ctx, q, k, v, mask, 1.0 / np.sqrt(D))
+        assert device.supports_op(out)
+        graph = ctx.new_graph().build_forward(out)
+        with ctx.alloc_tensors(device.buffer_type):
+            q.set(q_np)
+            k.set(kv[0])
+            v.set(kv[1])
+            mask.set(np.zeros((1, 1, n_q, n_kv), np.float16))
+            backend.graph_compute(graph)
+            backend.synchronize()
+            got = out.get().reshape(n_q, n_head, D)
+    bad = np.zeros((n_q, n_head), bool)
+    bad[0, 1] = bad[n_q - 1, 2] = True
+    assert np.isnan(got[bad]).all()
+    assert np.isfinite(got[~bad]).all()

@@ -24,7 +24,8 @@
  * rounded to the input dtype (the cube unit multiplies F16/BF16 operands) and P . V accumulates in
  * F32 in key order; out = acc / sum, rounded to nearest even. A position masked to -inf (attenMask,
  * window, or a -inf pse) takes no part. A row with every position masked gives zeros (the
- * innerPrecise row-invalid correction, applied in every mode) and softmaxLse +inf. innerPrecise
+ * innerPrecise row-invalid correction, applied in every mode) and softmaxLse +inf; a row with a
+ * NaN score (NaN in q or k) comes out NaN, as IEEE softmax gives, never as quiet zeros. innerPrecise
  * bit 0 (high performance) does not change the host arithmetic.
  *
  * Work is split over (batch, KV head, query-head chunk, query-row block); every query row is
@@ -266,8 +267,16 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
     /* softmax: exact max, exp in F32, sum in key order, P rounded to the input dtype */
     for (int64_t r = 0; r < R; r++) {
         float *srow = scores + r * S, m = -INFINITY, sum = 0.0f;
-        for (int64_t j = 0; j < S; j++)
+        bool nan = false;
+        for (int64_t j = 0; j < S; j++) {
             m = srow[j] > m ? srow[j] : m;
+            nan |= srow[j] != srow[j];
+        }
+        if (nan) { /* a NaN score (NaN in q or k) poisons the row, as softmax does on the NPU */
+            rmax[r] = NAN;
+            rsum[r] = NAN;
+            continue;
+        }
         if (m == -INFINITY) {
             rmax[r] = m;
             rsum[r] = 0.0f;
