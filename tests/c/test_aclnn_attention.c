@@ -512,6 +512,116 @@ static void test_contiguity_finiteness_decode_mask(void) {
     CHECK(rules_case(4) == ACLNN_SUCCESS);                             /* decode mask, 512 keys */
 }
 
+/* One operand breaking one phase-1 rule on an otherwise valid call: B 2, N 4, KVN 2, Skv 40, D 64,
+ * BSND, zero data. pse / mask / lse given when their rank (nd) is non-zero; a call that passes
+ * phase 1 also runs. The message of a refused call lands in op_msg. */
+typedef struct fia_rule {
+    int64_t Sq, inner;
+    int pse_nd, mask_nd, lse_nd;
+    aclDataType pse_dt, mask_dt, lse_dt;
+    int64_t pse[4], mask[4], lse[4];
+    const int64_t *mask_st, *lse_st;
+    bool lse_flag;
+} fia_rule;
+
+static char op_msg[512];
+
+static aclnnStatus fia_rule_run(const fia_rule *c) {
+    const int64_t B = 2, N = 4, KVN = 2, Skv = 40, D = 64;
+    void *zeros = calloc(1, 1 << 16), *in = dev_from(zeros, 1 << 16); /* q, k, v, pse, mask */
+    free(zeros);
+    void *od = dev_alloc((size_t)(B * c->Sq * N * D * 2)), *ld = dev_alloc(1 << 12);
+    int64_t qd[4] = {B, c->Sq, N, D}, kd[4] = {B, Skv, KVN, D};
+    fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = 0.125, .layout = "BSND", .inner = c->inner,
+                  .lse_flag = c->lse_flag};
+    a.q = acl_view(qd, 4, ACL_FLOAT16, NULL, 0, in), a.out = acl_view(qd, 4, ACL_FLOAT16, NULL, 0, od);
+    a.k = acl_view(kd, 4, ACL_FLOAT16, NULL, 0, in), a.v = acl_view(kd, 4, ACL_FLOAT16, NULL, 0, in);
+    if (c->pse_nd) a.pse = acl_view(c->pse, c->pse_nd, c->pse_dt, NULL, 0, in);
+    if (c->mask_nd) a.mask = acl_view(c->mask, c->mask_nd, c->mask_dt, c->mask_st, 0, in);
+    if (c->lse_nd) a.lse = acl_view(c->lse, c->lse_nd, c->lse_dt, c->lse_st, 0, ld);
+    aclnnStatus st = fia(&a);
+    op_msg[0] = 0;
+    if (st != ACLNN_SUCCESS) {
+        const char *m = aclGetRecentErrMsg();
+        snprintf(op_msg, sizeof op_msg, "%s", m ? m : "");
+    }
+    aclDestroyTensor(a.q), aclDestroyTensor(a.out), aclDestroyTensor(a.pse), aclDestroyTensor(a.mask);
+    aclDestroyTensor(a.lse);
+    aclrtFree(in), aclrtFree(od), aclrtFree(ld);
+    return st;
+}
+
+/* want: the status; operand: the name the message must carry with the op's (NULL on success). */
+static void expect_rule(fia_rule c, aclnnStatus want, const char *operand) {
+    aclnnStatus st = fia_rule_run(&c);
+    if (st != want) fprintf(stderr, "  want %d, got %d: %s\n", want, st, op_msg);
+    CHECK(st == want);
+    if (operand) {
+        printf("  refused: %d %s\n", st, op_msg);
+        CHECK(strstr(op_msg, "aclnnFusedInferAttentionScoreV2") != NULL);
+        CHECK(strstr(op_msg, operand) != NULL);
+    }
+}
+
+#define F16_ ACL_FLOAT16
+static void test_pse_rules(void) {
+    const char *P = "pseShiftOptional";
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = F16_, .pse = {1, 4, 3, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = F16_, .pse = {2, 4, 3, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = ACL_BF16, .pse = {1, 4, 3, 40}}, ACLNN_ERR_PARAM_INVALID, P);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = ACL_FLOAT, .pse = {1, 4, 3, 40}}, ACLNN_ERR_PARAM_INVALID, P);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = F16_, .pse = {1, 2, 3, 40}}, ACLNN_ERR_PARAM_INVALID, P);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = F16_, .pse = {1, 4, 3, 39}}, ACLNN_ERR_PARAM_INVALID, P);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = F16_, .pse = {1, 4, 2, 40}}, ACLNN_ERR_PARAM_INVALID, P);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 4, .pse_dt = F16_, .pse = {3, 4, 3, 40}}, ACLNN_ERR_PARAM_INVALID, P);
+    expect_rule((fia_rule){.Sq = 3, .pse_nd = 3, .pse_dt = F16_, .pse = {4, 3, 40}}, ACLNN_ERR_PARAM_INVALID, P);
+}
+
+static void test_mask_rules(void) {
+    const char *M = "attenMaskOptional";
+    static const int64_t padded[2] = {48, 1};
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_BOOL, .mask = {3, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_INT8, .mask = {3, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_UINT8, .mask = {3, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 3, .mask_dt = ACL_BOOL, .mask = {2, 3, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 4, .mask_dt = ACL_BOOL, .mask = {1, 1, 3, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 1, .mask_nd = 2, .mask_dt = ACL_BOOL, .mask = {2, 40}}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_FLOAT16, .mask = {3, 40}}, ACLNN_ERR_PARAM_INVALID, M);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_FLOAT, .mask = {3, 40}}, ACLNN_ERR_PARAM_INVALID, M);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_BOOL, .mask = {2, 40}}, ACLNN_ERR_PARAM_INVALID, M);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_BOOL, .mask = {3, 39}}, ACLNN_ERR_PARAM_INVALID, M);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 3, .mask_dt = ACL_BOOL, .mask = {3, 3, 40}}, ACLNN_ERR_PARAM_INVALID, M);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 4, .mask_dt = ACL_BOOL, .mask = {2, 4, 3, 40}}, ACLNN_ERR_PARAM_INVALID, M);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 1, .mask_dt = ACL_BOOL, .mask = {40}}, ACLNN_ERR_PARAM_INVALID, M);
+    expect_rule((fia_rule){.Sq = 3, .mask_nd = 2, .mask_dt = ACL_BOOL, .mask = {3, 40}, .mask_st = padded},
+                ACLNN_ERR_PARAM_INVALID, "attenMaskOptional must be contiguous");
+}
+
+static void test_inner_precise_rules(void) {
+    for (int64_t ip = 0; ip <= 3; ip++) expect_rule((fia_rule){.Sq = 3, .inner = ip}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .inner = -1}, ACLNN_ERR_PARAM_INVALID, "innerPrecise");
+    expect_rule((fia_rule){.Sq = 3, .inner = 4}, ACLNN_ERR_PARAM_INVALID, "innerPrecise");
+    expect_rule((fia_rule){.Sq = 1, .inner = 1}, ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 1, .inner = 2}, ACLNN_ERR_PARAM_INVALID, "innerPrecise");
+    expect_rule((fia_rule){.Sq = 1, .inner = 3}, ACLNN_ERR_PARAM_INVALID, "innerPrecise");
+}
+
+static void test_softmax_lse_rules(void) {
+    const char *L = "softmaxLse";
+    static const int64_t spread[4] = {24, 6, 2, 1};
+    expect_rule((fia_rule){.Sq = 3, .lse_flag = true, .lse_nd = 4, .lse_dt = ACL_FLOAT, .lse = {2, 4, 3, 1}},
+                ACLNN_SUCCESS, NULL);
+    expect_rule((fia_rule){.Sq = 3, .lse_flag = true}, ACLNN_ERR_PARAM_NULLPTR, L);
+    expect_rule((fia_rule){.Sq = 3, .lse_flag = true, .lse_nd = 4, .lse_dt = ACL_FLOAT16, .lse = {2, 4, 3, 1}},
+                ACLNN_ERR_PARAM_INVALID, L);
+    expect_rule((fia_rule){.Sq = 3, .lse_flag = true, .lse_nd = 4, .lse_dt = ACL_FLOAT, .lse = {2, 3, 4, 1}},
+                ACLNN_ERR_PARAM_INVALID, L);
+    expect_rule((fia_rule){.Sq = 3, .lse_flag = true, .lse_nd = 3, .lse_dt = ACL_FLOAT, .lse = {2, 4, 3}},
+                ACLNN_ERR_PARAM_INVALID, L);
+    expect_rule((fia_rule){.Sq = 3, .lse_flag = true, .lse_nd = 4, .lse_dt = ACL_FLOAT, .lse = {2, 4, 3, 1},
+                           .lse_st = spread}, ACLNN_ERR_PARAM_INVALID, "softmaxLse must be contiguous");
+}
+
 /* ---- bench -------------------------------------------------------------------------------------- */
 static double now(void) {
     struct timespec ts;
@@ -574,6 +684,10 @@ int main(int argc, char **argv) {
         test_thread_and_isa_invariance(argv[0]);
         test_errors();
         test_contiguity_finiteness_decode_mask();
+        test_pse_rules();
+        test_mask_rules();
+        test_inner_precise_rules();
+        test_softmax_lse_rules();
         if (getenv("CT_BENCH")) bench();
     }
     CHECK(aclrtDestroyStream(stream) == ACL_SUCCESS);

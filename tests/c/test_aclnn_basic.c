@@ -350,6 +350,58 @@ static void test_cast_rounding(void) {
     free(h); free(back); free(f);
 }
 
+/* aclnnCast phase 1: a dtype outside the supported set (self or out), out's dtype unlike the
+ * dtype argument, out's shape unlike self's (same element count too), a strided BOOL self. The
+ * message names the op and the operand; each refusal has an accepted neighbour. */
+static void expect_cast(const aclTensor *self, aclDataType dt, aclTensor *out, aclnnStatus want,
+                        const char *words) {
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    aclnnStatus st = aclnnCastGetWorkspaceSize(self, dt, out, &ws, &ex);
+    if (st == ACLNN_SUCCESS) {
+        CHECK(aclnnCast(NULL, ws, ex, stream) == ACLNN_SUCCESS);
+        CHECK(aclrtSynchronizeStream(stream) == ACL_SUCCESS);
+    }
+    const char *msg = st == ACLNN_SUCCESS ? "" : aclGetRecentErrMsg();
+    if (st != want) fprintf(stderr, "  aclnnCast: want %d, got %d: %s\n", want, st, msg);
+    CHECK(st == want);
+    if (words) {
+        printf("  refused: %d %s\n", st, msg);
+        CHECK(msg && strstr(msg, "aclnnCast") && strstr(msg, words));
+    }
+}
+
+static void test_cast_rules(void) {
+    void *zeros = calloc(1, 256), *d = dev_from(zeros, 256), *o = dev_alloc(256);
+    free(zeros);
+    int64_t d6[] = {6}, d5[] = {5}, d23[] = {2, 3}, d32[] = {3, 2}, st2[] = {2};
+    aclTensor *f32 = acl_view(d6, 1, ACL_FLOAT, NULL, 0, d), *f16 = acl_view(d6, 1, ACL_FLOAT16, NULL, 0, o);
+    aclTensor *i32 = acl_view(d6, 1, ACL_INT32, NULL, 0, o), *str = acl_view(d6, 1, ACL_STRING, NULL, 0, d);
+    aclTensor *str_out = acl_view(d6, 1, ACL_STRING, NULL, 0, o);
+    aclTensor *f16_5 = acl_view(d5, 1, ACL_FLOAT16, NULL, 0, o), *f16_32 = acl_view(d32, 2, ACL_FLOAT16, NULL, 0, o);
+    aclTensor *f32_23 = acl_view(d23, 2, ACL_FLOAT, NULL, 0, d), *f16_23 = acl_view(d23, 2, ACL_FLOAT16, NULL, 0, o);
+    aclTensor *b = acl_view(d6, 1, ACL_BOOL, NULL, 0, d), *b_strided = acl_view(d6, 1, ACL_BOOL, st2, 0, d);
+    aclTensor *f32_strided = acl_view(d6, 1, ACL_FLOAT, st2, 0, d);
+    expect_cast(f32, ACL_FLOAT16, f16, ACLNN_SUCCESS, NULL);
+    expect_cast(f32, ACL_INT32, i32, ACLNN_SUCCESS, NULL);
+    expect_cast(str, ACL_FLOAT16, f16, ACLNN_ERR_PARAM_INVALID, "self");     /* self dtype */
+    expect_cast(f32, ACL_STRING, str_out, ACLNN_ERR_PARAM_INVALID, "out");   /* out dtype */
+    expect_cast(f32, ACL_FLOAT16, i32, ACLNN_ERR_PARAM_INVALID, "dtype");    /* dtype != out's */
+    expect_cast(f32, ACL_INT32, f16, ACLNN_ERR_PARAM_INVALID, "dtype");
+    expect_cast(f32_23, ACL_FLOAT16, f16_23, ACLNN_SUCCESS, NULL);
+    expect_cast(f32, ACL_FLOAT16, f16_5, ACLNN_ERR_PARAM_INVALID, "out");    /* fewer elements */
+    expect_cast(f32_23, ACL_FLOAT16, f16_32, ACLNN_ERR_PARAM_INVALID, "out"); /* same count, other shape */
+    expect_cast(f32_23, ACL_FLOAT16, f16, ACLNN_ERR_PARAM_INVALID, "out");   /* other rank */
+    expect_cast(b, ACL_FLOAT16, f16, ACLNN_SUCCESS, NULL);
+    expect_cast(f32_strided, ACL_FLOAT16, f16, ACLNN_SUCCESS, NULL);
+    expect_cast(b_strided, ACL_FLOAT16, f16, ACLNN_ERR_PARAM_INVALID, "BOOL self");
+    expect_cast(NULL, ACL_FLOAT16, f16, ACLNN_ERR_PARAM_NULLPTR, "self");
+    expect_cast(f32, ACL_FLOAT16, NULL, ACLNN_ERR_PARAM_NULLPTR, "out");
+    aclTensor *all[] = {f32, f16, i32, str, str_out, f16_5, f16_32, f32_23, f16_23, b, b_strided, f32_strided};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) aclDestroyTensor(all[i]);
+    aclrtFree(d), aclrtFree(o);
+}
+
 static void test_inplace_copy(void) {
     /* selfRef: F16 view [3,4] with strides (8,2) inside a 24-element buffer; src: F32 [4]
      * broadcast over the rows. The gaps between viewed elements must stay untouched. */
@@ -568,6 +620,7 @@ int main(void) {
     test_strided_views();
     test_inplace_add_and_muls();
     test_cast_rounding();
+    test_cast_rules();
     test_inplace_copy();
     test_errors();
     test_repeatable_and_descriptors();
