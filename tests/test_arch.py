@@ -13,6 +13,7 @@ from cann_llm.arch import ROPE_NEOX, ROPE_NORMAL, Key
 from cann_llm.arch.llama import Llama
 from cann_llm.model import Model
 
+from conftest import run_python
 from tiny_models import write_tiny_model
 
 RUNNER = pathlib.Path(loader.__file__).parent
@@ -47,6 +48,15 @@ def test_loader_and_model_name_no_architecture():
             assert name not in strings, f"{module} names the architecture {name!r}"
         tensors = [s for s in strings if re.search(r"\.(weight|bias)$|^blk\.|^(attn|ffn)_", s)]
         assert not tensors, f"{module} names tensors {tensors}"
+
+
+def test_declarations_do_not_load_the_backend():
+    """The loader reads declarations only: opening a GGUF (cann-llm info) works where the native
+    libraries cannot load; the backend loads with the first graph."""
+    result = run_python("import sys, cann_llm.loader, cann_llm.arch\n"
+                        "print(sorted(m for m in sys.modules if m.startswith('cann_llm.')))")
+    assert result.returncode == 0, result.stderr
+    assert "cann_llm.arch.qwen2" in result.stdout and "cann_llm.backend" not in result.stdout
 
 
 def test_qwen2_declares_its_biases(tmp_path):

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .. import backend as be
-from ..backend import TensorType
 from .base import ROPE_NORMAL, Arch
 
-INPUT = int(be.TensorFlag.INPUT)
-OUTPUT = int(be.TensorFlag.OUTPUT)
+if TYPE_CHECKING:      # the backend loads with the first graph: the loader reads declarations only
+    from .. import backend as be
 
 
 @dataclass
@@ -34,8 +33,9 @@ class ForwardGraph:
 
 
 def _input(ctx, ttype, ne, name):
+    from .. import backend as be
     t = ctx.new_tensor(ttype, ne, name=name)
-    t.c.flags |= INPUT
+    t.c.flags |= int(be.TensorFlag.INPUT)
     return t
 
 
@@ -43,6 +43,8 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                 flash_attn: bool = True) -> ForwardGraph:
     """The graph of one micro-batch: n_tokens new tokens, attention over cells [0, n_kv) of the
     unified cache `kv` (runner.kv_cache.KVCache), logits for n_outputs of the tokens."""
+    from .. import backend as be
+    from ..backend import TensorType
     n_layer, n_embd, head_dim = hp.n_layer, hp.n_embd, hp.head_dim
     n_head, n_head_kv = hp.n_head, hp.n_head_kv
     n_embd_k_gqa = n_embd_v_gqa = head_dim * n_head_kv
@@ -140,7 +142,7 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
     cur = name(ctx.mul(cur, w[tn("output_norm")]), "result_norm")
     out_w = w.get(tn("output")) or w[tn("token_embd")]
     logits = name(ctx.mul_mat(out_w, cur), "result_output")
-    logits.c.flags |= OUTPUT
+    logits.c.flags |= int(be.TensorFlag.OUTPUT)
     graph.build_forward(logits)
     inputs = {"inp_tokens": inp_tokens, "inp_pos": inp_pos, "kq_mask": kq_mask,
               "kv_idxs": kv_idxs, "inp_out_ids": out_ids}
