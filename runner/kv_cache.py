@@ -1,6 +1,6 @@
 """The unified KV cache: n_ctx cells shared by every sequence, per-layer K/V tensors on the devices.
 
-Sits between the model (runner/model.py) and the graph builder (runner/arch/llama.py): the model
+Sits between the model (runner/model.py) and the graph builder (runner/arch/): the model
 asks for cells for a micro-batch (find_slots), records their positions and sequences (commit),
 and fills the graph's inputs from here: the destination cells of SET_ROWS (an index tensor) and
 the KQ mask over the first n_kv cells. n_kv is rounded up to N_KV_PAD cells so that decode keeps
@@ -16,17 +16,46 @@ from . import backend as be
 N_KV_PAD = 256           # n_kv is a multiple of this (or n_ctx): decode reuses one graph
 MAX_SEQ = 64             # sequence ids 0..63 (one bit each per cell)
 
+# cache types (llama.cpp's -ctk/-ctv names): SET_ROWS writes them on CANN, and FLASH_ATTN_EXT reads
+# F16 there (F32 K/V run it on the CPU reference: runner/sched.py places it)
+KV_TYPES = {"f16": be.TensorType.F16, "f32": be.TensorType.F32}
+# llama.cpp types the ops here cannot hold, and why (a clear error rather than a silent fallback)
+_UNSUPPORTED_KV = {
+    "q8_0": "SET_ROWS on CANN writes F32/F16/BF16 rows only and FLASH_ATTN_EXT reads F16 K/V only",
+    "q4_0": "SET_ROWS on CANN writes F32/F16/BF16 rows only and FLASH_ATTN_EXT reads F16 K/V only",
+    "q4_1": "SET_ROWS on CANN writes F32/F16/BF16 rows only and FLASH_ATTN_EXT reads F16 K/V only",
+    "bf16": "FLASH_ATTN_EXT on CANN reads F16 K/V only and the CPU reference has no BF16 attention",
+}
+
+
+def kv_type(value, which: str = "type_k") -> int:
+    """A KV cache type from its llama.cpp name ("f16", "f32") or a TensorType; ValueError else."""
+    if isinstance(value, str):
+        name = value.strip().lower()
+    else:
+        names = {int(t): n for n, t in KV_TYPES.items()}
+        name = names.get(int(value), be.type_name(int(value)) or str(value))
+        name = name.lower()
+    if name in KV_TYPES:
+        return KV_TYPES[name]
+    why = _UNSUPPORTED_KV.get(name)
+    raise ValueError(f"{which}={value!r}: KV cache type {name} is not supported"
+                     + (f" ({why})" if why else "") + f"; supported: {', '.join(KV_TYPES)}")
+
 
 class ContextFullError(ValueError):
     """The prompt or the generation does not fit in the context (n_ctx cells)."""
 
 
 class KVCache:
-    """Cells with positions and sequence sets; K and V of layer il are F16 [n_embd_gqa, n_ctx]
-    tensors (one row per cell) in the buffer type `buffer_type_for_layer(il)` returns."""
+    """Cells with positions and sequence sets; K and V of layer il are [n_embd_gqa, n_ctx] tensors
+    of type_k / type_v (F16 by default, or F32: KV_TYPES) with one row per cell, in the buffer type
+    `buffer_type_for_layer(il)` returns."""
 
     def __init__(self, n_layer: int, n_embd_k_gqa: int, n_embd_v_gqa: int, n_ctx: int,
                  buffer_type_for_layer, type_k=be.TensorType.F16, type_v=be.TensorType.F16):
+        type_k, type_v = kv_type(type_k, "type_k"), kv_type(type_v, "type_v")
+        self.type_k, self.type_v = type_k, type_v
         self.n_layer, self.n_ctx = n_layer, n_ctx
         self.n_embd_k_gqa, self.n_embd_v_gqa = n_embd_k_gqa, n_embd_v_gqa
         self.ctx = be.Context(max_tensors=2 * n_layer + 4)

@@ -17,15 +17,17 @@ import mmap
 import os
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from . import arch as arch_registry
+
 __all__ = ["SUPPORTED_ARCHS", "GGUFError", "HParams", "TensorInfo", "GGUFFile", "open_gguf",
            "KEPT_TYPES", "CONVERTIBLE_TYPES", "type_name", "layer_index"]
 
-SUPPORTED_ARCHS = ("llama", "qwen2")
+SUPPORTED_ARCHS = arch_registry.supported()      # the registry's names (runner/arch/)
 
 T = GGMLQuantizationType
 # Loaded as they are.
@@ -69,13 +71,14 @@ class HParams:
     n_ff: int
     n_ctx_train: int
     rms_eps: float
-    rope_type: int            # 0 normal (llama), 2 neox (qwen2): ggml's ROPE mode
+    rope_type: int            # ggml's ROPE mode, from the architecture: 0 normal, 2 neox
     rope_n_dims: int
     rope_freq_base: float
     rope_freq_scale: float
     rope_yarn: tuple | None   # (ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig)
-    qkv_bias: bool
+    qkv_bias: bool            # blk.N.attn_{q,k,v}.bias (the architecture says if required)
     tied_embeddings: bool
+    extra: dict = field(default_factory=dict)   # the architecture's Key declarations, by name
 
 
 @dataclass(frozen=True)
@@ -313,14 +316,17 @@ def _key(g: GGUFFile, key: str, kind, default=...):
         return float(value)
     if kind is str and isinstance(value, str):
         return value
+    if kind is bool and isinstance(value, (bool, np.bool_)):
+        return bool(value)
     raise GGUFError(f"{g.path}: key {key!r} = {value!r} is not a valid {kind.__name__}")
 
 
 def _hparams(g: GGUFFile) -> HParams:
     arch = _key(g, "general.architecture", str)
-    if arch not in SUPPORTED_ARCHS:
+    if arch not in arch_registry.ARCHS:
         raise GGUFError(f"{g.path}: unknown architecture {arch!r} (key 'general.architecture'); "
-                        f"supported: {', '.join(SUPPORTED_ARCHS)}")
+                        f"supported: {', '.join(arch_registry.supported())}")
+    decl = arch_registry.get(arch)
     a = arch + "."
     if _key(g, a + "expert_count", int, 0) > 0:
         raise GGUFError(f"{g.path}: key {a + 'expert_count'!r}: mixture-of-experts models are "
@@ -372,45 +378,33 @@ def _hparams(g: GGUFFile) -> HParams:
 
     tokens = g.metadata.get("tokenizer.ggml.tokens")
     n_vocab = _key(g, a + "vocab_size", int, len(tokens) if tokens is not None else 0)
-    if n_vocab <= 0 and "token_embd.weight" in g.tensors:
-        n_vocab = g.tensors["token_embd.weight"].ne[-1]
+    if n_vocab <= 0 and decl.tensor("token_embd") in g.tensors:
+        n_vocab = g.tensors[decl.tensor("token_embd")].ne[-1]
 
+    extra = {k.name: _key(g, a + k.key, k.kind, k.default) for k in decl.extra_keys}
     hp = HParams(
         arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
         n_head_kv=n_head_kv, head_dim=head_dim, n_ff=_key(g, a + "feed_forward_length", int),
         n_ctx_train=n_ctx_train, rms_eps=_key(g, a + "attention.layer_norm_rms_epsilon", float),
-        rope_type=2 if arch == "qwen2" else 0, rope_n_dims=rope_n_dims,
+        rope_type=decl.rope_type, rope_n_dims=rope_n_dims,
         rope_freq_base=_key(g, a + "rope.freq_base", float, 10000.0), rope_freq_scale=freq_scale,
         rope_yarn=rope_yarn,
-        qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        tied_embeddings="output.weight" not in g.tensors)
-    _check_tensors(g, hp)
+        qkv_bias=decl.has_qkv_bias(g.tensors),
+        tied_embeddings=decl.tensor("output") not in g.tensors, extra=extra)
+    _check_tensors(g, hp, decl)
     return hp
 
 
 def expected_tensors(hp: HParams) -> dict[str, tuple]:
-    """name -> expected ne (ggml order) of every tensor the forward pass needs."""
-    q, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
-    out = {"token_embd.weight": (hp.n_embd, hp.n_vocab), "output_norm.weight": (hp.n_embd,)}
-    if not hp.tied_embeddings:
-        out["output.weight"] = (hp.n_embd, hp.n_vocab)
-    for i in range(hp.n_layer):
-        b = f"blk.{i}."
-        out.update({
-            b + "attn_norm.weight": (hp.n_embd,), b + "attn_q.weight": (hp.n_embd, q),
-            b + "attn_k.weight": (hp.n_embd, kv), b + "attn_v.weight": (hp.n_embd, kv),
-            b + "attn_output.weight": (q, hp.n_embd), b + "ffn_norm.weight": (hp.n_embd,),
-            b + "ffn_gate.weight": (hp.n_embd, hp.n_ff), b + "ffn_up.weight": (hp.n_embd, hp.n_ff),
-            b + "ffn_down.weight": (hp.n_ff, hp.n_embd)})
-        if hp.qkv_bias:
-            out.update({b + "attn_q.bias": (q,), b + "attn_k.bias": (kv,), b + "attn_v.bias": (kv,)})
-    return out
+    """name -> expected ne (ggml order) of every tensor the forward pass needs (the
+    architecture's declaration)."""
+    return arch_registry.get(hp.arch).expected_tensors(hp)
 
 
-def _check_tensors(g: GGUFFile, hp: HParams) -> None:
-    expected = expected_tensors(hp)
-    if "rope_freqs.weight" in g.tensors:
-        expected["rope_freqs.weight"] = (hp.rope_n_dims // 2,)
+def _check_tensors(g: GGUFFile, hp: HParams, decl) -> None:
+    expected = decl.expected_tensors(hp)
+    expected.update({name: ne for name, ne in decl.optional_tensors(hp).items()
+                     if name in g.tensors})
     for name, ne in expected.items():
         info = g.tensors.get(name)
         if info is None:

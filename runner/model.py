@@ -18,7 +18,7 @@ import numpy as np
 
 from . import backend as be
 from .arch import build_graph
-from .kv_cache import ContextFullError, KVCache
+from .kv_cache import ContextFullError, KVCache, kv_type
 from .loader import open_gguf
 from .sched import DeviceSlot, Scheduler
 
@@ -78,16 +78,18 @@ class NonFiniteLogitsError(RuntimeError):
 
 def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
          convert=None, verbose=False, log=None, check_weights=True,
-         chat_template=None) -> "Model":
+         chat_template=None, type_k="f16", type_v="f16") -> "Model":
     """Load a GGUF model (path None: the default model, fetched on first use); check_weights:
     refuse weights with NaN/inf values or scales (a corrupt file) at load; chat_template: a
-    Jinja template source that replaces the GGUF's tokenizer.chat_template."""
+    Jinja template source that replaces the GGUF's tokenizer.chat_template; type_k / type_v:
+    the KV cache types, "f16" or "f32" (llama.cpp's -ctk / -ctv)."""
     if path is None:
         from .models import default_model_path
         path = default_model_path(download=True)
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
-                 check_weights=check_weights, chat_template=chat_template)
+                 check_weights=check_weights, chat_template=chat_template, type_k=type_k,
+                 type_v=type_v)
 
 
 def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
@@ -110,8 +112,9 @@ class Model:
 
     def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
                  flash_attn=True, convert=None, verbose=False, log=None, decline=(),
-                 check_weights=True, chat_template=None):
+                 check_weights=True, chat_template=None, type_k="f16", type_v="f16"):
         t0 = time.perf_counter()
+        type_k, type_v = kv_type(type_k, "type_k"), kv_type(type_v, "type_v")   # before the load
         import sys
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
         self.verbose = verbose
@@ -176,7 +179,7 @@ class Model:
                                   f"{exc.message}") from None
             raise
         self.kv = KVCache(hp.n_layer, hp.head_dim * hp.n_head_kv, hp.head_dim * hp.n_head_kv,
-                          n_ctx, lambda il: layer_buft[il])
+                          n_ctx, lambda il: layer_buft[il], type_k=type_k, type_v=type_v)
         self._graphs: OrderedDict = OrderedDict()
         self._seq_tokens: list[int] = []        # what seq 0 holds (prefix reuse in generate)
         self._timings = {"load_ms": 0.0, "prompt_tokens": 0, "prompt_ms": 0.0,
@@ -426,7 +429,8 @@ class Model:
                  f"{hp.n_head}/{hp.n_head_kv}, vocab {hp.n_vocab}; devices: "
                  f"{', '.join(self.devices)}",
                  f"weights: {self.weights.nbytes / 2**20:.1f} MiB; KV cache: n_ctx {self.n_ctx}, "
-                 f"{self.kv.nbytes / 2**20:.1f} MiB (F16); n_batch {self.n_batch}; "
+                 f"{self.kv.nbytes / 2**20:.1f} MiB (K {be.type_name(self.kv.type_k)}, V "
+                 f"{be.type_name(self.kv.type_v)}); n_batch {self.n_batch}; "
                  f"attention: {'flash_attn_ext' if self.flash_attn else 'soft_max'}"]
         for slot, buf in sorted(self.sched.buffers.items()):
             lines.append(f"{self.sched.slots[slot].name} compute buffer: "

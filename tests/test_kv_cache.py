@@ -61,3 +61,28 @@ def test_context_full(kv):
         kv.find_slots(11)
     kv.release(np.arange(580, 590))
     assert len(kv.find_slots(20)) == 20
+
+
+def test_cache_types(device):
+    from cann_llm.kv_cache import kv_type
+    from cann_llm.backend import TensorType
+    assert kv_type("f16") == TensorType.F16 and kv_type("F32") == TensorType.F32
+    assert kv_type(TensorType.F32) == TensorType.F32
+    cache = KVCache(1, 8, 16, 300, lambda il: device.buffer_type, type_k="f32", type_v="f16")
+    try:
+        assert cache.k[0].type.name == "F32" and cache.v[0].type.name == "F16"
+        assert cache.k[0].nb[1] == 8 * 4 and cache.v[0].nb[1] == 16 * 2
+        assert not np.any(cache.k[0].get())
+    finally:
+        cache.close()
+
+
+@pytest.mark.parametrize("name, why", [("q8_0", "SET_ROWS on CANN writes F32/F16/BF16 rows only"),
+                                       ("bf16", "FLASH_ATTN_EXT on CANN reads F16 K/V only"),
+                                       ("q5_k", None)])
+def test_unsupported_cache_types(device, name, why):
+    with pytest.raises(ValueError) as err:
+        KVCache(1, 8, 8, 300, lambda il: device.buffer_type, type_v=name)
+    msg = str(err.value)
+    assert msg.startswith(f"type_v={name!r}: KV cache type {name} is not supported")
+    assert msg.endswith("supported: f16, f32") and (why is None or why in msg)

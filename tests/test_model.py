@@ -65,6 +65,33 @@ def test_declining_backend_splits_to_cpu(tiny_llama):
         assert "split" in plan.describe()
 
 
+@pytest.mark.parametrize("flash_attn", [True, False])
+def test_f32_kv_cache_equals_cpu(tiny_llama, flash_attn):
+    """-ctk/-ctv f32: FLASH_ATTN_EXT on CANN takes F16 K/V only, so with flash attention each
+    layer's attention runs on the CPU reference (SET_ROWS stays on the device); the soft_max path
+    runs on the device. Either way the logits equal the CPU reference's with the same cache."""
+    ids = [1, 5, 9, 200, 17, 3]
+    kw = dict(n_ctx=64, flash_attn=flash_attn, type_k="f32", type_v="f32")
+    with Model(tiny_llama, **kw) as dev, Model(tiny_llama, device="CPU", **kw) as cpu, \
+            Model(tiny_llama, n_ctx=64, flash_attn=flash_attn) as f16:
+        assert dev.kv.k[0].type.name == "F32" and dev.kv.v[1].type.name == "F32"
+        a = dev.logits(ids)
+        np.testing.assert_allclose(a, cpu.logits(ids), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(a, f16.logits(ids), rtol=0, atol=2e-3)   # F16 rounding only
+        fg, plan = next(iter(dev._graphs.values()))
+        on_cpu = {n.name for sp in plan.splits if sp.slot == dev.sched.cpu
+                  for n in sp.nodes}
+        n_layer = dev.hparams.n_layer
+        assert on_cpu == ({f"__fattn__-{il}" for il in range(n_layer)} if flash_attn else set())
+        assert "(K f32, V f32)" in dev.describe()
+
+
+def test_unsupported_kv_type_is_refused_before_loading(tiny_llama):
+    with pytest.raises(ValueError, match=r"type_k='q8_0': KV cache type q8_0 is not supported "
+                                         r"\(SET_ROWS on CANN .*\); supported: f16, f32"):
+        cann_llm.load(tiny_llama, n_ctx=64, type_k="q8_0")
+
+
 def test_qwen2_tiny_runs_with_qkv_bias(tmp_path):
     path = write_tiny_model(tmp_path / "q.gguf", arch="qwen2", n_embd=64, n_layer=2, n_head=4,
                             n_head_kv=2, n_ff=128)

@@ -1,9 +1,38 @@
-"""Forward graphs per model architecture (llama, qwen2), built with the C core's op constructors.
+"""The architecture registry: GGUF `general.architecture` -> its declaration (runner/arch/base.py).
 
-Between the loader (hyperparameters, weights) and the scheduler (runner/sched.py): build_graph()
-returns the graph of one micro-batch with llama.cpp's tensor names.
+Each module here declares one architecture (tensor names, extra hyperparameters, expected tensors
+and the forward graph of a micro-batch with llama.cpp's tensor names); the generic loader and the
+model reach them only through get(). Adding one: docs/adding-a-model.md.
 """
 
-from .llama import ForwardGraph, build_graph
+from __future__ import annotations
 
-__all__ = ["ForwardGraph", "build_graph"]
+from .base import ROPE_NEOX, ROPE_NORMAL, Arch, Key
+from .llama import ForwardGraph, Llama
+from .qwen2 import Qwen2
+
+ARCHS: dict[str, Arch] = {a.name: a for a in (Llama(), Qwen2())}
+
+
+def supported() -> tuple[str, ...]:
+    """The architecture names the registry knows, sorted."""
+    return tuple(sorted(ARCHS))
+
+
+def get(name: str) -> Arch:
+    """The declaration of `name`; KeyError naming the supported ones otherwise."""
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise KeyError(f"unknown architecture {name!r}; supported: {', '.join(supported())}") \
+            from None
+
+
+def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
+                flash_attn: bool = True) -> ForwardGraph:
+    """The forward graph of one micro-batch for hp.arch (see Arch.build_graph)."""
+    return get(hp.arch).build_graph(hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn)
+
+
+__all__ = ["ARCHS", "Arch", "ForwardGraph", "Key", "ROPE_NEOX", "ROPE_NORMAL", "build_graph",
+           "get", "supported"]

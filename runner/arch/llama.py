@@ -1,4 +1,5 @@
-"""The llama / qwen2 forward pass of one micro-batch as a ggml-style graph.
+"""The llama architecture (Llama 2/3, Mistral-style models, SmolLM): its declaration and the
+forward pass of one micro-batch as a ggml-style graph (qwen2.py reuses it).
 
 Tensor names follow llama.cpp (inp_embd, attn_norm-0, Qcur-0, ..., __fattn__-0, l_out-0,
 result_norm, result_output) so the eval callback and tensor diffs line up with llama-eval-callback.
@@ -12,12 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .. import backend as be
-from ..backend import TensorType
+from .base import ROPE_NORMAL, Arch
 
-INPUT = int(be.TensorFlag.INPUT)
-OUTPUT = int(be.TensorFlag.OUTPUT)
+if TYPE_CHECKING:      # the backend loads with the first graph: the loader reads declarations only
+    from .. import backend as be
 
 
 @dataclass
@@ -32,20 +33,23 @@ class ForwardGraph:
 
 
 def _input(ctx, ttype, ne, name):
+    from .. import backend as be
     t = ctx.new_tensor(ttype, ne, name=name)
-    t.c.flags |= INPUT
+    t.c.flags |= int(be.TensorFlag.INPUT)
     return t
 
 
-def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
+def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
                 flash_attn: bool = True) -> ForwardGraph:
     """The graph of one micro-batch: n_tokens new tokens, attention over cells [0, n_kv) of the
     unified cache `kv` (runner.kv_cache.KVCache), logits for n_outputs of the tokens."""
+    from .. import backend as be
+    from ..backend import TensorType
     n_layer, n_embd, head_dim = hp.n_layer, hp.n_embd, hp.head_dim
     n_head, n_head_kv = hp.n_head, hp.n_head_kv
     n_embd_k_gqa = n_embd_v_gqa = head_dim * n_head_kv
     ctx = be.Context(max_tensors=64 * n_layer + 64)
-    w = weights
+    w, tn = weights, arch.tensor
 
     def name(t, base, il=None):
         t.name = base if il is None else f"{base}-{il}"
@@ -56,7 +60,7 @@ def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
     kq_mask = _input(ctx, TensorType.F16, [n_kv, n_tokens], "kq_mask")
     kv_idxs = _input(ctx, TensorType.I64, [n_tokens], "kv_idxs")
     out_ids = _input(ctx, TensorType.I32, [n_outputs], "inp_out_ids")
-    freq_factors = w.get("rope_freqs.weight")
+    freq_factors = w.get(tn("rope_freqs"))
     rope_kw = dict(n_dims=hp.rope_n_dims, mode=hp.rope_type, freq_base=hp.rope_freq_base,
                    freq_scale=hp.rope_freq_scale, n_ctx_orig=hp.n_ctx_train)
     if hp.rope_yarn is not None:
@@ -64,20 +68,18 @@ def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
         rope_kw.update(ext_factor=ext, attn_factor=attn, beta_fast=fast, beta_slow=slow,
                        n_ctx_orig=n_orig)
     kq_scale = 1.0 / math.sqrt(head_dim)
-    f16 = 2
 
     graph = ctx.new_graph(max_nodes=64 * n_layer + 64)
-    inpL = name(ctx.get_rows(w["token_embd.weight"], inp_tokens), "inp_embd")
+    inpL = name(ctx.get_rows(w[tn("token_embd")], inp_tokens), "inp_embd")
     for il in range(n_layer):
-        b = f"blk.{il}."
         inpSA = inpL
         cur = ctx.rms_norm(inpL, hp.rms_eps)
         name(cur, "norm", il)
-        cur = name(ctx.mul(cur, w[b + "attn_norm.weight"]), "attn_norm", il)
+        cur = name(ctx.mul(cur, w[tn("attn_norm", bid=il)]), "attn_norm", il)
 
         def proj(kind, n_heads):
-            t = name(ctx.mul_mat(w[b + f"attn_{kind}.weight"], cur), f"{kind.upper()}cur", il)
-            bias = w.get(b + f"attn_{kind}.bias")
+            t = name(ctx.mul_mat(w[tn(f"attn_{kind}", bid=il)], cur), f"{kind.upper()}cur", il)
+            bias = w.get(tn(f"attn_{kind}", "bias", il))
             if bias is not None:
                 t = name(ctx.add(t, bias), f"{kind.upper()}cur", il)
             return ctx.reshape(t, [head_dim, n_heads, n_tokens])
@@ -98,11 +100,12 @@ def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
         graph.build_forward(v_store)
 
         # K, V of cells [0, n_kv): [head_dim, n_kv, n_head_kv] views of the cache rows
-        row_k, row_v = n_embd_k_gqa * f16, n_embd_v_gqa * f16
+        row_k, row_v = k_cache.nb[1], v_cache.nb[1]             # the cache's type (-ctk/-ctv)
+        esize_k, esize_v = k_cache.nb[0], v_cache.nb[0]
         kview = name(ctx.view_4d(k_cache, [head_dim, n_kv, n_head_kv, 1],
-                                 [row_k, head_dim * f16, row_k * n_kv]), "k", il)
+                                 [row_k, head_dim * esize_k, row_k * n_kv]), "k", il)
         vview = name(ctx.view_4d(v_cache, [head_dim, n_kv, n_head_kv, 1],
-                                 [row_v, head_dim * f16, row_v * n_kv]), "v", il)
+                                 [row_v, head_dim * esize_v, row_v * n_kv]), "v", il)
         qp = ctx.permute(q, 0, 2, 1, 3)                # [head_dim, n_tokens, n_head]
         if flash_attn:
             fa = name(ctx.flash_attn_ext(qp, kview, vview, kq_mask, kq_scale), "__fattn__", il)
@@ -117,8 +120,8 @@ def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
             cur = ctx.reshape(name(ctx.cont(merged), "kqv_merged_cont", il),
                               [head_dim * n_head, n_tokens])
         name(cur, "kqv_out", il)
-        cur = name(ctx.mul_mat(w[b + "attn_output.weight"], cur), "attn_out", il)
-        bias = w.get(b + "attn_output.bias")
+        cur = name(ctx.mul_mat(w[tn("attn_output", bid=il)], cur), "attn_out", il)
+        bias = w.get(tn("attn_output", "bias", il))
         if bias is not None:
             cur = name(ctx.add(cur, bias), "attn_out", il)
         if il == n_layer - 1:
@@ -128,19 +131,28 @@ def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
         ffn_inp = name(ctx.add(cur, inpSA), "ffn_inp", il)
 
         cur = name(ctx.rms_norm(ffn_inp, hp.rms_eps), "norm", il)
-        cur = name(ctx.mul(cur, w[b + "ffn_norm.weight"]), "ffn_norm", il)
-        gate = name(ctx.mul_mat(w[b + "ffn_gate.weight"], cur), "ffn_gate", il)
-        up = name(ctx.mul_mat(w[b + "ffn_up.weight"], cur), "ffn_up", il)
+        cur = name(ctx.mul(cur, w[tn("ffn_norm", bid=il)]), "ffn_norm", il)
+        gate = name(ctx.mul_mat(w[tn("ffn_gate", bid=il)], cur), "ffn_gate", il)
+        up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)
         cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
-        cur = name(ctx.mul_mat(w[b + "ffn_down.weight"], cur), "ffn_out", il)
+        cur = name(ctx.mul_mat(w[tn("ffn_down", bid=il)], cur), "ffn_out", il)
         inpL = name(ctx.add(cur, ffn_inp), "l_out", il)
 
     cur = name(ctx.rms_norm(inpL, hp.rms_eps), "norm")
-    cur = name(ctx.mul(cur, w["output_norm.weight"]), "result_norm")
-    out_w = w.get("output.weight") or w["token_embd.weight"]
+    cur = name(ctx.mul(cur, w[tn("output_norm")]), "result_norm")
+    out_w = w.get(tn("output")) or w[tn("token_embd")]
     logits = name(ctx.mul_mat(out_w, cur), "result_output")
-    logits.c.flags |= OUTPUT
+    logits.c.flags |= int(be.TensorFlag.OUTPUT)
     graph.build_forward(logits)
     inputs = {"inp_tokens": inp_tokens, "inp_pos": inp_pos, "kq_mask": kq_mask,
               "kv_idxs": kv_idxs, "inp_out_ids": out_ids}
     return ForwardGraph(ctx, graph, inputs, logits, n_tokens, n_kv, n_outputs)
+
+
+class Llama(Arch):
+    """llama: normal rope, QKV biases used when the file has them (the defaults of Arch)."""
+    name = "llama"
+    rope_type = ROPE_NORMAL
+
+    def build_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn=True):
+        return llama_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn)

@@ -1,0 +1,82 @@
+"""What an architecture declares (the Arch base class), read by the generic loader and the model.
+
+An architecture module in runner/arch/ subclasses Arch: its GGUF tensor-name table, the extra
+hyperparameters it reads from `{arch}.*` keys, the tensors it expects with their shapes (ggml
+order) and its graph builder. arch/__init__.py registers it under its `general.architecture`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ROPE_NORMAL, ROPE_NEOX = 0, 2     # ggml's ROPE modes
+
+
+@dataclass(frozen=True)
+class Key:
+    """An extra hyperparameter: HParams.extra[name] = the GGUF key `{arch}.{key}` as `kind`
+    (int, float, str or bool); `default` ... means the key is required."""
+    name: str
+    key: str
+    kind: type
+    default: object = ...
+
+
+class Arch:
+    """One architecture. Subclasses set the class attributes and override build_graph; the
+    defaults describe a llama-style decoder (pre-norm attention and SwiGLU FFN)."""
+
+    name: str = ""
+    # llama.cpp's LLM_TENSOR_NAMES for this architecture: role -> GGUF name, {bid} is the layer
+    tensor_names: dict = {
+        "token_embd": "token_embd", "output_norm": "output_norm", "output": "output",
+        "rope_freqs": "rope_freqs",
+        "attn_norm": "blk.{bid}.attn_norm", "attn_q": "blk.{bid}.attn_q",
+        "attn_k": "blk.{bid}.attn_k", "attn_v": "blk.{bid}.attn_v",
+        "attn_output": "blk.{bid}.attn_output", "ffn_norm": "blk.{bid}.ffn_norm",
+        "ffn_gate": "blk.{bid}.ffn_gate", "ffn_up": "blk.{bid}.ffn_up",
+        "ffn_down": "blk.{bid}.ffn_down",
+    }
+    extra_keys: tuple = ()          # Key, ...: read into HParams.extra
+    rope_type: int = ROPE_NORMAL
+    qkv_bias: bool | None = None    # True: required, False: none, None: used when the file has it
+
+    def tensor(self, role: str, suffix: str = "weight", bid: int | None = None) -> str:
+        """The GGUF name of a tensor: tensor("attn_q", "bias", 3) -> "blk.3.attn_q.bias"."""
+        return f"{self.tensor_names[role].format(bid=bid)}.{suffix}"
+
+    def has_qkv_bias(self, tensors) -> bool:
+        if self.qkv_bias is not None:
+            return self.qkv_bias
+        return self.tensor("attn_q", "bias", 0) in tensors
+
+    def expected_tensors(self, hp) -> dict:
+        """name -> expected ne (ggml order) of every tensor the forward pass needs."""
+        t = self.tensor
+        q, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        out = {t("token_embd"): (hp.n_embd, hp.n_vocab), t("output_norm"): (hp.n_embd,)}
+        if not hp.tied_embeddings:
+            out[t("output")] = (hp.n_embd, hp.n_vocab)
+        for i in range(hp.n_layer):
+            out.update({
+                t("attn_norm", bid=i): (hp.n_embd,), t("attn_q", bid=i): (hp.n_embd, q),
+                t("attn_k", bid=i): (hp.n_embd, kv), t("attn_v", bid=i): (hp.n_embd, kv),
+                t("attn_output", bid=i): (q, hp.n_embd), t("ffn_norm", bid=i): (hp.n_embd,),
+                t("ffn_gate", bid=i): (hp.n_embd, hp.n_ff), t("ffn_up", bid=i): (hp.n_embd, hp.n_ff),
+                t("ffn_down", bid=i): (hp.n_ff, hp.n_embd)})
+            if hp.qkv_bias:
+                out.update({t("attn_q", "bias", i): (q,), t("attn_k", "bias", i): (kv,),
+                            t("attn_v", "bias", i): (kv,)})
+        return out
+
+    def optional_tensors(self, hp) -> dict:
+        """name -> expected ne of tensors used when present (checked only then)."""
+        return {self.tensor("rope_freqs"): (hp.rope_n_dims // 2,)}
+
+    def build_graph(self, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
+                    flash_attn: bool = True):
+        """The forward graph of one micro-batch (a ForwardGraph, see arch/llama.py)."""
+        raise NotImplementedError(f"architecture {self.name!r} has no graph builder")
+
+    def __repr__(self):
+        return f"<arch {self.name}>"
