@@ -112,15 +112,22 @@ def convert(src_type: int, src, dst_type: int, dst=None, n_elements: int | None 
     return dst
 
 
-def find_nonfinite(src_type: int, src, n_elements: int | None = None) -> int:
-    """Index of the first non-finite value in ggml bytes of src_type: the element for float types,
-    the block (whose scale / min is NaN or inf) for quantized ones; -1 when all are finite."""
+def _raw_source(src_type: int, src, n_elements: int | None, what: str):
+    """(uint8 array, element count) of raw ggml bytes `src`: all of it when n_elements is None;
+    ValueError when it holds fewer than n_elements."""
     src = np.frombuffer(src, dtype=np.uint8) if not isinstance(src, np.ndarray) else src
     if n_elements is None:
         block, size = type_traits(src_type)
         n_elements = src.nbytes // size * block if size else 0
     if src.nbytes < _row_bytes(src_type, n_elements):
-        raise ValueError(f"find_nonfinite: buffer too small for {n_elements} elements")
+        raise ValueError(f"{what}: buffer too small for {n_elements} elements")
+    return src, n_elements
+
+
+def find_nonfinite(src_type: int, src, n_elements: int | None = None) -> int:
+    """Index of the first non-finite value in ggml bytes of src_type: the element for float types,
+    the block (whose scale / min is NaN or inf) for quantized ones; -1 when all are finite."""
+    src, n_elements = _raw_source(src_type, src, n_elements, "find_nonfinite")
     first = ffi.new("int64_t *")
     check(lib.clm_find_nonfinite(int(src_type), ffi.from_buffer(src), n_elements, first),
           "clm_find_nonfinite")
@@ -139,12 +146,7 @@ def quantize_f32(dst_type: int, values) -> np.ndarray:
 
 def dequantize_f32(src_type: int, src, n_elements: int | None = None) -> np.ndarray:
     """ggml bytes of src_type -> float32 values (every type with a C dequantizer)."""
-    src = np.frombuffer(src, dtype=np.uint8) if not isinstance(src, np.ndarray) else src
-    if n_elements is None:
-        block, size = type_traits(src_type)
-        n_elements = src.nbytes // size * block if size else 0
-    if src.nbytes < _row_bytes(src_type, n_elements):
-        raise ValueError(f"dequantize: buffer too small for {n_elements} elements")
+    src, n_elements = _raw_source(src_type, src, n_elements, "dequantize")
     out = np.empty(n_elements, dtype=np.float32)
     check(lib.clm_dequantize_f32(int(src_type), ffi.from_buffer(src), ffi.from_buffer("float[]", out),
                                  n_elements), "clm_dequantize_f32")
