@@ -10,6 +10,7 @@ micro-batch and sched.py splits, allocates and runs it. Built graphs are kept by
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import OrderedDict
 from typing import Iterator
@@ -45,6 +46,39 @@ def _parse_devices(device) -> list[str]:
     if repeated:
         raise ValueError(f"device {device!r}: {', '.join(repeated)} is listed more than once")
     return names
+
+
+_pool_threads: int | None = None     # acl_host's pool size, fixed by the first Model
+
+
+def _env_threads() -> int:
+    """The pool size acl_host takes from CANN_LLM_THREADS (threadpool.c: else the online cores,
+    clamped to 1..1024)."""
+    m = re.match(r"\s*([+-]?\d+)", os.environ.get("CANN_LLM_THREADS", ""))   # as strtol
+    n = int(m.group(1)) if m else 0
+    if n <= 0:
+        n = os.cpu_count() or 1
+    return max(1, min(n, 1024))
+
+
+def _claim_threads(n_threads) -> None:
+    """acl_host runs its kernels on one pool per process, sized once at its first job (from
+    CANN_LLM_THREADS). The first Model sets its size (n_threads, else the variable or the cores);
+    a later Model asking for another size is a ValueError rather than silently ignored."""
+    global _pool_threads
+    if n_threads is not None and int(n_threads) < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if be.runtime_name() != "acl_host":      # the real CANN runtime has no host thread pool
+        return
+    if _pool_threads is None:
+        if n_threads is not None:
+            os.environ["CANN_LLM_THREADS"] = str(int(n_threads))
+        _pool_threads = _env_threads()
+    elif n_threads is not None and int(n_threads) != _pool_threads:
+        raise ValueError(f"n_threads={int(n_threads)}, but this process's acl_host thread pool "
+                         f"already has {_pool_threads} threads: the pool is per process, sized "
+                         f"once by the first model loaded (or CANN_LLM_THREADS); load with "
+                         f"n_threads={_pool_threads} (or None), or use another process")
 
 
 class Batch:
@@ -117,10 +151,7 @@ class Model:
         import sys
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
         self.verbose = verbose
-        if n_threads is not None:
-            if int(n_threads) < 1:
-                raise ValueError(f"n_threads must be >= 1, got {n_threads}")
-            os.environ.setdefault("CANN_LLM_THREADS", str(int(n_threads)))
+        _claim_threads(n_threads)
         self.gguf = open_gguf(path)
         hp = self.hparams = self.gguf.hparams
         n_ctx = int(n_ctx)

@@ -141,3 +141,35 @@ def test_sampling_params_make_cli_flags():
     assert "temperature" in parser.format_help()
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=2.0).sampler()
+
+
+_THREADS = """
+import os, cann_llm
+from cann_llm.models import default_model_path
+path = str(default_model_path())
+m = cann_llm.load(path, n_ctx=256, n_batch=32, n_threads={n})
+m.logits([1, 2, 3, 4])
+print("tasks", len(os.listdir("/proc/self/task")))
+with cann_llm.load(path, n_ctx=256, n_batch=32, n_threads={n}):     # the same size: fine
+    pass
+with cann_llm.load(path, n_ctx=256, n_batch=32):                    # None: the pool as it is
+    pass
+try:
+    cann_llm.load(path, n_ctx=256, n_batch=32, n_threads={n} + 1)
+except ValueError as e:
+    print("error", e)
+"""
+
+
+def test_a_second_thread_count_in_one_process_is_a_clear_error(default_model_path):
+    from conftest import run_python
+    tasks = {}
+    for n, env in ((1, "3"), (3, "1")):          # n_threads wins over CANN_LLM_THREADS
+        r = run_python(_THREADS.replace("{n}", str(n)), env={"CANN_LLM_THREADS": env})
+        assert r.returncode == 0, r.stderr
+        out = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        tasks[n] = int(out["tasks"])
+        err = out["error"]
+        assert f"n_threads={n + 1}" in err and f"already has {n} threads" in err
+        assert "per process" in err
+    assert tasks[3] - tasks[1] == 2              # the pool really has n threads (n - 1 workers)
