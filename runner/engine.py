@@ -153,7 +153,12 @@ class Engine:
             seq_ids += [seq.id] * n
             want += [False] * (n - 1) + [seq is not prefill or n == len(seq.pending)]
         from .model import Batch
-        logits = model.decode(Batch(tokens, pos, seq_ids, want))
+        try:
+            logits = model.decode(Batch(tokens, pos, seq_ids, want))
+        except BaseException:               # micro-batches that went in before the failure
+            for seq, _ in rows:
+                model.kv.seq_rm(seq.id, seq.n_past, None)
+            raise
         now = time.perf_counter()
         row = 0
         for seq, n in rows:
@@ -166,7 +171,10 @@ class Engine:
             else:
                 seq.tokens.append(seq.next_token)
                 seq.next_token = None
-            token = self._draw(seq, logits[row])
+            try:
+                token = self._draw(seq, logits[row])
+            except ValueError as exc:       # e.g. logit_bias banned every token
+                seq.error, seq.finish_reason, token = exc, "error", None
             row += 1
             events.append((seq, token))
         return events

@@ -173,3 +173,18 @@ def test_a_second_thread_count_in_one_process_is_a_clear_error(default_model_pat
         assert f"n_threads={n + 1}" in err and f"already has {n} threads" in err
         assert "per process" in err
     assert tasks[3] - tasks[1] == 2              # the pool really has n threads (n - 1 workers)
+
+
+def test_a_sampler_error_ends_only_its_sequence(smol):
+    engine = Engine(smol)
+    smol.kv.clear()
+    banned = {t: float("-inf") for t in range(smol.hparams.n_vocab)}
+    a = engine.add([1, 2, 3], SamplingParams(temperature=0), max_tokens=3)
+    b = engine.add([4, 5, 6], SamplingParams(temperature=0, logit_bias=banned), max_tokens=3)
+    engine.run()
+    assert (a.finish_reason, len(a.generated)) == ("length", 3)
+    assert b.finish_reason == "error" and "banned" in str(b.error)
+    with pytest.raises(ValueError, match="banned"):
+        list(smol.generate([4, 5, 6], max_tokens=2, temperature=0, logit_bias=banned))
+    engine.release(a)
+    engine.release(b)
