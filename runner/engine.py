@@ -15,6 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from .kv_cache import MAX_SEQ, ContextFullError
+from .model import Batch
 from .sampler import SamplingParams
 
 __all__ = ["Engine", "Sequence"]
@@ -152,7 +153,6 @@ class Engine:
             pos += range(seq.n_past, seq.n_past + n)
             seq_ids += [seq.id] * n
             want += [False] * (n - 1) + [seq is not prefill or n == len(seq.pending)]
-        from .model import Batch
         try:
             logits = model.decode(Batch(tokens, pos, seq_ids, want))
         except BaseException:               # micro-batches that went in before the failure
