@@ -188,3 +188,20 @@ def test_a_sampler_error_ends_only_its_sequence(smol):
         list(smol.generate([4, 5, 6], max_tokens=2, temperature=0, logit_bias=banned))
     engine.release(a)
     engine.release(b)
+
+
+def test_a_full_context_fails_the_step_and_keeps_the_cells_consistent(default_model_path):
+    from cann_llm import ContextFullError
+    with cann_llm.load(str(default_model_path), n_ctx=32, n_batch=32) as m:
+        engine = Engine(m)
+        a = engine.add(list(range(10, 30)), SamplingParams(temperature=0), max_tokens=8)
+        engine.step()                                    # a's prompt: 20 cells
+        assert m.kv.n_used() == 20
+        b = engine.add(list(range(40, 60)), SamplingParams(temperature=0), max_tokens=8)
+        with pytest.raises(ContextFullError):
+            engine.step()                                # a's token + b's 20 do not fit
+        assert m.kv.n_used() == 20 and a.n_past == 20 and b.n_past == 0
+        engine.release(b)
+        while not a.finished:
+            engine.step()
+        assert len(a.generated) == 8 and m.kv.n_used() == 27
