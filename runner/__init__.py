@@ -13,13 +13,19 @@ _BACKEND_NAMES = (
 )
 
 __all__ = ["__version__", "load", "Model", "ContextFullError", "NonFiniteLogitsError",
-           *_BACKEND_NAMES]
+           "Engine", "SamplingParams", *_BACKEND_NAMES]
 
 
 def __getattr__(name):
     if name in ("load", "Model", "ContextFullError", "NonFiniteLogitsError"):
         from . import model
         return getattr(model, name)
+    if name == "Engine":
+        from . import engine
+        return engine.Engine
+    if name == "SamplingParams":
+        from . import sampler
+        return sampler.SamplingParams
     if name in _BACKEND_NAMES:
         from . import backend
         return getattr(backend, name)

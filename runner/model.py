@@ -10,6 +10,7 @@ micro-batch and sched.py splits, allocates and runs it. Built graphs are kept by
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import OrderedDict
 from typing import Iterator
@@ -20,11 +21,13 @@ from . import backend as be
 from .arch import build_graph
 from .kv_cache import ContextFullError, KVCache, kv_type
 from .loader import open_gguf
+from .sampler import SamplingParams
 from .sched import DeviceSlot, Scheduler
 
 __all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch"]
 
 _MAX_GRAPHS = 8
+_SP = SamplingParams()           # the sampling defaults generate() shows in its signature
 
 
 def _parse_devices(device) -> list[str]:
@@ -43,6 +46,39 @@ def _parse_devices(device) -> list[str]:
     if repeated:
         raise ValueError(f"device {device!r}: {', '.join(repeated)} is listed more than once")
     return names
+
+
+_pool_threads: int | None = None     # acl_host's pool size, fixed by the first Model
+
+
+def _env_threads() -> int:
+    """The pool size acl_host takes from CANN_LLM_THREADS (threadpool.c: else the online cores,
+    clamped to 1..1024)."""
+    m = re.match(r"\s*([+-]?\d+)", os.environ.get("CANN_LLM_THREADS", ""))   # as strtol
+    n = int(m.group(1)) if m else 0
+    if n <= 0:
+        n = os.cpu_count() or 1
+    return max(1, min(n, 1024))
+
+
+def _claim_threads(n_threads) -> None:
+    """acl_host runs its kernels on one pool per process, sized once at its first job (from
+    CANN_LLM_THREADS). The first Model sets its size (n_threads, else the variable or the cores);
+    a later Model asking for another size is a ValueError rather than silently ignored."""
+    global _pool_threads
+    if n_threads is not None and int(n_threads) < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if be.runtime_name() != "acl_host":      # the real CANN runtime has no host thread pool
+        return
+    if _pool_threads is None:
+        if n_threads is not None:
+            os.environ["CANN_LLM_THREADS"] = str(int(n_threads))
+        _pool_threads = _env_threads()
+    elif n_threads is not None and int(n_threads) != _pool_threads:
+        raise ValueError(f"n_threads={int(n_threads)}, but this process's acl_host thread pool "
+                         f"already has {_pool_threads} threads: the pool is per process, sized "
+                         f"once by the first model loaded (or CANN_LLM_THREADS); load with "
+                         f"n_threads={_pool_threads} (or None), or use another process")
 
 
 class Batch:
@@ -118,10 +154,7 @@ class Model:
         import sys
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
         self.verbose = verbose
-        if n_threads is not None:
-            if int(n_threads) < 1:
-                raise ValueError(f"n_threads must be >= 1, got {n_threads}")
-            os.environ.setdefault("CANN_LLM_THREADS", str(int(n_threads)))
+        _claim_threads(n_threads)
         self.gguf = open_gguf(path)
         hp = self.hparams = self.gguf.hparams
         n_ctx = int(n_ctx)
@@ -322,79 +355,67 @@ class Model:
         return out
 
     # ---- generation ----------------------------------------------------------------------------
-    def _prefill(self, ids: list[int]) -> np.ndarray:
-        """Bring seq 0 to hold `ids` (reusing the common prefix already in the cache) and return
-        the logits after its last token."""
-        common = 0
-        for a, b in zip(self._seq_tokens, ids):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(ids) - 1)          # at least one token to get logits from
-        self.kv.seq_rm(0, common, None)
-        self._seq_tokens = list(ids[:common])
-        todo = ids[common:]
-        logits = self.decode(Batch.sequence(todo, start_pos=common))
-        self._seq_tokens = list(ids)
-        return logits[-1]
+    @property
+    def engine(self):
+        """The Engine over this model's cache (generate uses its sequence 0)."""
+        if getattr(self, "_engine", None) is None:
+            from .engine import Engine
+            self._engine = Engine(self)
+        return self._engine
 
-    def generate(self, ids, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
-                 repeat_penalty=1.0, repeat_last_n=64, presence_penalty=0.0,
-                 frequency_penalty=0.0, logit_bias=None, seed=None, stop=None) -> Iterator[int]:
+    def generate(self, ids, max_tokens=128, temperature=_SP.temperature, top_k=_SP.top_k,
+                 top_p=_SP.top_p, min_p=_SP.min_p, repeat_penalty=_SP.repeat_penalty,
+                 repeat_last_n=_SP.repeat_last_n, presence_penalty=_SP.presence_penalty,
+                 frequency_penalty=_SP.frequency_penalty, logit_bias=None, seed=None,
+                 stop=None) -> Iterator[int]:
         """Yield generated token ids as they come. Stops at an end-of-generation token (not
         yielded), after max_tokens, at a token id listed in `stop` (not yielded) or once the
         generated text contains a string listed in `stop` (its last token is yielded). `ids` are
-        token ids, or a text, tokenized as a raw completion prompt (Model.tokenize)."""
-        from .sampler import Sampler
+        token ids, or a text, tokenized as a raw completion prompt (Model.tokenize).
+        Runs as sequence 0 of self.engine; the cells it leaves are reused by the next call
+        whose prompt shares a prefix with this one's tokens."""
         if isinstance(ids, str):
             ids = self.tokenize(ids)
         ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("generate() needs at least one prompt token")
-        if len(ids) > self.n_ctx:
-            raise ContextFullError(f"the prompt has {len(ids)} tokens, the context holds "
-                                   f"{self.n_ctx}; load the model with a larger n_ctx or use a "
-                                   f"shorter prompt")
-        stop_ids, stop_text = set(), []
-        for s in ([stop] if isinstance(stop, (str, int)) else (stop or [])):
-            (stop_text.append if isinstance(s, str) else stop_ids.add)(s if isinstance(s, str)
-                                                                        else int(s))
-        sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                          repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
-                          presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                          logit_bias=logit_bias, seed=seed)
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                                presence_penalty=presence_penalty,
+                                frequency_penalty=frequency_penalty,
+                                logit_bias=dict(logit_bias or {}),
+                                seed=-1 if seed is None else seed)
+        engine = self.engine
+        old = engine.seqs.get(0)
+        if old is not None:                 # an earlier generate() left unfinished
+            engine.release(old, keep=True)
         self._timings.update(prompt_tokens=0, prompt_ms=0.0, gen_tokens=0, gen_ms=0.0)
         t0 = time.perf_counter()
-        logits = self._prefill(ids)
-        self._timings.update(prompt_tokens=len(ids), prompt_ms=(time.perf_counter() - t0) * 1e3)
-        history = list(ids)
-        text = self.tokenizer.incremental() if stop_text else None
-        generated = ""
-        t1 = time.perf_counter()
+        seq = engine.add(ids, params, max_tokens=max_tokens, stop=stop, seq_id=0,
+                         cached=self._seq_tokens)
+        self._seq_tokens = seq.tokens       # what seq 0 holds, kept up to date by the engine
         n_gen = 0
         try:
-            while n_gen < max_tokens:
-                token = sampler.sample(logits, history)
-                if self.tokenizer.is_eog(token) or token in stop_ids:
-                    break
-                n_gen += 1
-                history.append(token)
-                self._timings.update(gen_tokens=n_gen, gen_ms=(time.perf_counter() - t1) * 1e3)
-                yield token
-                if text is not None:
-                    generated += text.add(token)
-                    if any(s in generated for s in stop_text):
-                        break
-                if n_gen >= max_tokens:
-                    break
-                if len(self._seq_tokens) >= self.n_ctx:
-                    raise ContextFullError(f"generation reached the end of the context "
-                                           f"(n_ctx={self.n_ctx})")
-                pos = len(self._seq_tokens)
-                logits = self.decode(Batch([token], [pos], [0], [True]))[0]
-                self._seq_tokens.append(token)
+            while not seq.finished:
+                for s, token in engine.step():
+                    if s is not seq:
+                        continue
+                    if seq.t_prompt_done is not None and not self._timings["prompt_tokens"]:
+                        self._timings.update(prompt_tokens=len(ids),
+                                             prompt_ms=(seq.t_prompt_done - t0) * 1e3)
+                    if token is not None:
+                        n_gen += 1
+                        self._timings.update(gen_tokens=n_gen, gen_ms=(
+                            time.perf_counter() - seq.t_prompt_done) * 1e3)
+                        yield token
+            if seq.error is not None:
+                raise seq.error
         finally:
-            self._timings.update(gen_tokens=n_gen, gen_ms=(time.perf_counter() - t1) * 1e3)
+            if engine.seqs.get(0) is seq:
+                engine.release(seq, keep=True)
+            if seq.t_prompt_done is not None:
+                self._timings.update(gen_tokens=n_gen, gen_ms=(
+                    time.perf_counter() - seq.t_prompt_done) * 1e3)
 
     def chat(self, messages, max_tokens=512, stop=None, **sampling) -> Iterator[str]:
         """Apply the chat template to `messages` and stream the answer's text."""
