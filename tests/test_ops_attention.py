@@ -164,3 +164,30 @@ def test_nan_in_a_query_row_gives_nan_not_zeros(clm, device, backend, n_q):
     bad[0, 1] = bad[n_q - 1, 2] = True
     assert np.isnan(got[bad]).all()
     assert np.isfinite(got[~bad]).all()
+
+
+@pytest.mark.parametrize("n_q,max_bias", [(1, 0.0), (1, 8.0), (5, 0.0), (5, 8.0)])
+def test_temporaries_are_returned_to_the_pool(clm, device, backend, n_q, max_bias):
+    """Every pool temporary of FLASH_ATTN_EXT (Q cast, attenMask, clamped mask, pse, output) is
+    freed in LIFO order: the VMM pool holds nothing once the graph has run."""
+    F32, F16 = clm.TensorType.F32, clm.TensorType.F16
+    D, n_head, n_head_kv, n_kv = 64, 4, 2, 40
+    with clm.Context() as ctx:
+        q = ctx.new_tensor(F32, (D, n_q, n_head, 1), name="q")
+        k = ctx.new_tensor(F16, (D, n_kv, n_head_kv, 1), name="k")
+        v = ctx.new_tensor(F16, (D, n_kv, n_head_kv, 1), name="v")
+        mask = ctx.new_tensor(F16, (n_kv, n_q, 1, 1), name="kq_mask")
+        out = _flash_attn_ext(clm, ctx, q, k, v, mask, 0.125, max_bias)
+        graph = ctx.new_graph().build_forward(out)
+        with ctx.alloc_tensors(device.buffer_type):
+            q.set(rng.standard_normal((1, n_head, n_q, D)).astype(np.float32))
+            k.set(rng.uniform(-1, 1, (1, n_head_kv, n_kv, D)).astype(np.float16))
+            v.set(rng.uniform(-1, 1, (1, n_head_kv, n_kv, D)).astype(np.float16))
+            m = np.zeros((1, 1, n_q, n_kv), np.float16)
+            m[..., -3:] = -np.inf
+            mask.set(m)
+            for _ in range(2):
+                backend.graph_compute(graph)
+                backend.synchronize()
+                assert backend.stats()["pool_in_use"] == 0
+            assert np.isfinite(out.get()).all()

@@ -232,9 +232,9 @@ done:
     cann_destroy_tensors(4, acl_q, acl_pse, acl_am, acl_out);
     if (acl_k != NULL) aclDestroyTensorList(acl_k);
     if (acl_v != NULL) aclDestroyTensorList(acl_v);
-    cann_temp_free(&out_tmp); /* LIFO */
-    cann_temp_free(&pse_tmp);
+    cann_temp_free(&out_tmp); /* LIFO: the reverse of the allocation order */
     cann_temp_free(&clamp_tmp);
+    cann_temp_free(&pse_tmp);
     cann_temp_free(&am_tmp);
     cann_temp_free(&q_tmp);
     return st;
