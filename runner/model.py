@@ -83,7 +83,7 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
     refuse weights with NaN/inf values or scales (a corrupt file) at load; chat_template: a
     Jinja template source that replaces the GGUF's tokenizer.chat_template."""
     if path is None:
-        from .models import default_model_path
+        from .model_store import default_model_path
         path = default_model_path(download=True)
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,

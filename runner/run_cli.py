@@ -73,7 +73,7 @@ def resolve_model(model: str | None) -> str:
     """The .gguf path to load: MODEL as given (checked to be a file), or the default model,
     fetched into the cache on first use (progress on stderr)."""
     if model is None or model == "default":
-        from . import models
+        from . import model_store as models
         try:
             return str(models.default_model_path(download=True))
         except models.ModelDownloadError as e:
