@@ -22,12 +22,14 @@ from .kv_cache import ContextFullError, KVCache
 from .loader import open_gguf
 from .sched import DeviceSlot, Scheduler
 
-__all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch"]
+__all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch", "parse_devices"]
 
 _MAX_GRAPHS = 8
 
 
-def _parse_devices(device) -> list[str]:
+def parse_devices(device) -> list[str]:
+    """Device names from "CANN0", "CANN0,CANN1", "CPU" or a list of them (load's device=; the
+    CLI's --device goes through it too): upper case, CPU alone, each device once."""
     if isinstance(device, str):
         names = [d.strip().upper() for d in device.split(",") if d.strip()]
     else:
@@ -137,7 +139,7 @@ class Model:
         self.tokenizer = Tokenizer(self._tokenizer_metadata(), name=os.path.basename(str(path)))
         self.chat_template = ChatTemplate.from_tokenizer(self.tokenizer, source=chat_template)
 
-        names = _parse_devices(device)
+        names = parse_devices(device)
         self.devices = names
         registry = be.Registry()
         by_name = {d.name: d for d in registry.devices}
