@@ -1,5 +1,6 @@
-"""`cann-llm bench`: llama-bench-style prompt (ppN) and generation (tgN) speed, and the same
-measurement through llama.cpp (llama-cpp-python) on the same file for comparison.
+"""The measurement behind `cann-llm bench` (its command is cli/bench.py): llama-bench-style
+prompt (ppN) and generation (tgN) speed, and the same measurement through llama.cpp
+(llama-cpp-python) on the same file for comparison.
 
 Both sides are timed the same way, by wall clock around the public API: pp = prompt tokens /
 time to the first generated token (one forward pass over the prompt, in n_batch chunks); tg =
@@ -19,10 +20,11 @@ import subprocess
 import sys
 import time
 
-__all__ = ["bench_ours", "bench_llamacpp", "format_rows", "add_bench_arguments", "cmd_bench"]
+__all__ = ["bench_ours", "host_time_per_token", "bench_llamacpp", "llamacpp_python", "format_rows",
+           "mean_std"]
 
 
-def _mean_std(values):
+def mean_std(values):
     if not values:
         return 0.0, 0.0
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
@@ -248,7 +250,7 @@ def format_rows(rows) -> str:
     header = ["model", "size", "params", "backend", "threads", "test", "t/s"]
     body = []
     for r in rows:
-        mean, std = _mean_std(r["tps"])
+        mean, std = mean_std(r["tps"])
         body.append([r["model"], r["size"], r["params"], r["backend"], str(r["threads"]),
                      r["test"], f"{mean:.2f} ± {std:.2f}"])
     widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
@@ -260,115 +262,6 @@ def format_rows(rows) -> str:
     sep = "| " + " | ".join(("-" * (w - 1) + ":") if i in right else "-" * w
                             for i, w in enumerate(widths)) + " |"
     return "\n".join([line(header), sep, *map(line, body)])
-
-
-def _size(n_bytes):
-    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.2f} MiB"
-
-
-def _model_facts(path):
-    from . import loader
-    g = loader.open_gguf(path)
-    n_params = sum(_n_elements(t.ne) for t in g.tensors.values())
-    n_bytes = sum(t.nbytes for t in g.tensors.values())
-    types = {}
-    for t in g.tensors.values():
-        if len(t.ne) >= 2 and t.ne[1] > 1:
-            name = loader.type_name(t.type)
-            types[name] = types.get(name, 0) + t.nbytes
-    main = max(types, key=types.get) if types else "?"
-    params = f"{n_params / 1e9:.2f} B" if n_params >= 1e9 else f"{n_params / 1e6:.2f} M"
-    label = f"{g.hparams.arch} {params.replace(' ', '')} {main}"
-    return label, _size(n_bytes), params
-
-
-def _n_elements(ne):
-    n = 1
-    for d in ne:
-        n *= int(d)
-    return n
-
-
-def add_bench_arguments(p):
-    from .run_cli import add_model_arguments
-    p.add_argument("model", nargs="?", metavar="MODEL",
-                   help="a .gguf file (default: the default model)")
-    p.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N",
-                   help="prompt tokens of the pp test (0: skip; default 512)")
-    p.add_argument("-n", "--n-gen", type=int, default=128, metavar="N",
-                   help="generated tokens of the tg test (0: skip; default 128)")
-    p.add_argument("-r", "--repetitions", type=int, default=5, metavar="N",
-                   help="repetitions of each test (default 5)")
-    p.add_argument("--llamacpp", default="auto", metavar="auto|off|PYTHON",
-                   help="also measure llama.cpp (llama-cpp-python) on the same file: auto (when "
-                        "this Python can import llama_cpp), off, or a Python that can")
-    add_model_arguments(p)
-    p.set_defaults(ctx_size=0)
-
-
-def cmd_bench(args) -> int:
-    from .run_cli import RunError, load_model, resolve_model
-    for flag, v, lo in (("-p", args.n_prompt, 0), ("-n", args.n_gen, 0),
-                        ("-r", args.repetitions, 1)):
-        if v < lo:
-            raise RunError(f"{flag} must be >= {lo}, got {v}")
-    if not args.n_prompt and not args.n_gen:
-        raise RunError("nothing to measure: -p 0 and -n 0")
-    path = resolve_model(args.model)
-    if not args.ctx_size:
-        args.ctx_size = max(args.n_prompt + args.n_gen + 16, 1024)
-    label, size, params = _model_facts(path)
-    model = load_model(args, path)
-    from . import backend
-    runtime = backend.runtime_name()
-    threads = args.threads or os.environ.get("CANN_LLM_THREADS") or os.cpu_count()
-    try:
-        ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
-        load_ms = model.timings().get("load_ms")
-        host = host_time_per_token(model, min(args.n_gen, 32)) if args.n_gen else None
-    finally:
-        if hasattr(model, "close"):
-            model.close()
-    backend_name = f"CANN ({runtime})" if args.device.upper().startswith("CANN") else "CPU ref"
-    rows = []
-    for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
-        if n:
-            rows.append(dict(model=label, size=size, params=params, backend=backend_name,
-                             threads=threads, test=f"{test}{n}", tps=ours[test]))
-    theirs = None
-    py = None if args.llamacpp == "off" else llamacpp_python(
-        None if args.llamacpp == "auto" else args.llamacpp)
-    if py:
-        print(f"cann-llm: measuring llama.cpp through {py}", file=sys.stderr, flush=True)
-        theirs = bench_llamacpp(path, args.n_prompt, args.n_gen, args.repetitions,
-                                threads=args.threads, n_ctx=args.ctx_size,
-                                n_batch=args.batch_size, python=py)
-        for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
-            if n:
-                rows.append(dict(model=label, size=size, params=params,
-                                 backend=f"llama.cpp {theirs.get('version', '')} CPU".strip(),
-                                 threads=theirs.get("n_threads") or threads,
-                                 test=f"{test}{n}", tps=theirs[test]))
-    elif args.llamacpp not in ("auto", "off"):
-        raise RunError(f"--llamacpp {args.llamacpp}: not a Python that can import llama_cpp")
-    print(format_rows(rows))
-    print(f"\ndevice {args.device.upper()}, runtime {runtime}"
-          + (f", load {load_ms:.0f} ms" if load_ms else ""))
-    for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
-        if not n:
-            continue
-        m, _ = _mean_std(ours[test])
-        line = f"{test}{n}: cann-llm {m:.2f} t/s ({1e3 / m if m else 0:.2f} ms/token)"
-        if theirs:
-            t, _ = _mean_std(theirs[test])
-            line += (f", llama.cpp {t:.2f} t/s ({1e3 / t if t else 0:.2f} ms/token), "
-                     f"ratio {m / t if t else 0:.2f}x")
-        print(line)
-    if host:
-        print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = backend calls "
-              f"{host['backend_ms']:.2f} ms + host (Python) {host['host_ms']:.2f} ms, of which "
-              f"sampling {host['sampler_ms']:.3f} ms")
-    return 0
 
 
 if __name__ == "__main__":

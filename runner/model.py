@@ -24,13 +24,15 @@ from .loader import open_gguf
 from .sampler import SamplingParams
 from .sched import DeviceSlot, Scheduler
 
-__all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch"]
+__all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch", "parse_devices"]
 
 _MAX_GRAPHS = 8
 _SP = SamplingParams()           # the sampling defaults generate() shows in its signature
 
 
-def _parse_devices(device) -> list[str]:
+def parse_devices(device) -> list[str]:
+    """Device names from "CANN0", "CANN0,CANN1", "CPU" or a list of them (load's device=; the
+    CLI's --device goes through it too): upper case, CPU alone, each device once."""
     if isinstance(device, str):
         names = [d.strip().upper() for d in device.split(",") if d.strip()]
     else:
@@ -120,7 +122,7 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
     Jinja template source that replaces the GGUF's tokenizer.chat_template; type_k / type_v:
     the KV cache types, "f16" or "f32" (llama.cpp's -ctk / -ctv)."""
     if path is None:
-        from .models import default_model_path
+        from .model_store import default_model_path
         path = default_model_path(download=True)
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
@@ -173,7 +175,7 @@ class Model:
         self.tokenizer = Tokenizer(self._tokenizer_metadata(), name=os.path.basename(str(path)))
         self.chat_template = ChatTemplate.from_tokenizer(self.tokenizer, source=chat_template)
 
-        names = _parse_devices(device)
+        names = parse_devices(device)
         self.devices = names
         registry = be.Registry()
         by_name = {d.name: d for d in registry.devices}

@@ -62,7 +62,7 @@ def main() -> int:
                         help="a Python that can import llama_cpp")
     args = parser.parse_args()
 
-    from cann_llm.models import default_model_path
+    from cann_llm.model_store import default_model_path
     golden = json.loads(SHARED_GOLDEN.read_text())
     q4_1 = default_model_path()
     with tempfile.TemporaryDirectory() as tmp:

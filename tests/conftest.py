@@ -15,7 +15,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 # Test data lives in tests/data (see its README) or is fetched from a package registry: the
-# default model (cann_llm.models) and llama.cpp's tokenizer vectors (llama_cpp_data.py).
+# default model (cann_llm.model_store) and llama.cpp's tokenizer vectors (llama_cpp_data.py).
 DATA = REPO_ROOT / "tests" / "data"
 GOLDEN_Q4_1 = DATA / "golden_smollm2-q4_1.json"
 
@@ -37,7 +37,7 @@ def device(clm):
 def default_model_path():
     """The default model's .gguf, fetched on first use (a test that needs it fails when it cannot
     be had: it never skips)."""
-    from cann_llm.models import default_model_path as find
+    from cann_llm.model_store import default_model_path as find
     return find(download=True)
 
 

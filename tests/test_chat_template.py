@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from cann_llm import models
+from cann_llm import model_store as models
 from cann_llm.chat_template import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
 from cann_llm.gguf_vocab import read_metadata
 from cann_llm.tokenizer import Tokenizer

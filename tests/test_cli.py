@@ -40,11 +40,12 @@ def test_unknown_subcommand_exits_nonzero():
                                      "OSError('device lost')"])
 def test_errors_are_one_line_without_traceback(monkeypatch, capsys, failure):
     from cann_llm import cli
+    from cann_llm.cli import devices
 
     def broken(args):
         raise eval(failure)
 
-    monkeypatch.setattr(cli, "cmd_devices", broken)
+    monkeypatch.setattr(devices, "cmd_devices", broken)
     assert cli.main(["devices"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("cann-llm: ") and err.count("\n") == 1 and "Traceback" not in err
@@ -52,10 +53,63 @@ def test_errors_are_one_line_without_traceback(monkeypatch, capsys, failure):
 
 def test_cann_errors_are_one_line(clm, monkeypatch, capsys):
     from cann_llm import cli
+    from cann_llm.cli import devices
 
     def broken(args):
         raise clm.CannError(clm.Status.ERR_DEVICE, "aclrtSetDevice failed")
 
-    monkeypatch.setattr(cli, "cmd_devices", broken)
+    monkeypatch.setattr(devices, "cmd_devices", broken)
     assert cli.main(["devices"]) == 1
     assert capsys.readouterr().err == "cann-llm: CannError: ERR_DEVICE: aclrtSetDevice failed\n"
+
+
+# ---- the CLI package's layering -------------------------------------------------------------------
+
+_HEAVY = ("cann_llm.tools", "cann_llm.backend", "cann_llm._cann_llm", "cann_llm.model",
+          "cann_llm.bench", "numpy", "cffi", "gguf", "jinja2")
+
+
+def test_importing_the_cli_and_building_its_parser_loads_no_tool():
+    """`import cann_llm.cli` and the parser of every command load no tool, no backend and no
+    numpy: a command imports what it uses when it runs (a fresh interpreter, since this one has
+    loaded everything)."""
+    import json
+    import sys
+    code = ("import json, sys\n"
+            "import cann_llm.cli as cli\n"
+            "after_import = sorted(sys.modules)\n"
+            "parser = cli.build_parser()\n"
+            "print(json.dumps([after_import, sorted(sys.modules),"
+            " sorted(parser.commands.choices)]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    after_import, after_parser, commands = json.loads(proc.stdout)
+    for stage, modules in (("import cann_llm.cli", after_import), ("build_parser()", after_parser)):
+        heavy = [m for m in modules if m.split(".")[0] in _HEAVY
+                 or any(m == h or m.startswith(h + ".") for h in _HEAVY)]
+        assert not heavy, f"{stage} imported {heavy}"
+    assert commands == sorted(["devices", "test-ops", "run", "bench", "pull", "info", "quantize",
+                               "diff"])
+
+
+def test_tools_never_import_the_cli():
+    """The tools (opcheck, diff, dump) are libraries with their own errors: no import of
+    cann_llm.cli, at the top or inside a function."""
+    import ast
+    import pathlib
+    tools = pathlib.Path(cann_llm.__file__).parent / "tools"
+    offenders = []
+    for path in sorted(tools.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+                names += [f"{names[0]}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if any(n in ("..cli", "cann_llm.cli") or n.startswith(("..cli.", "cann_llm.cli."))
+                   for n in names):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert not offenders, offenders

@@ -83,7 +83,7 @@ class _FakeModel:
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     import cann_llm
-    from cann_llm import run_cli
+    from cann_llm.cli import run as run_cli
     model = _FakeModel()
     seen = {}
 

@@ -51,7 +51,7 @@ def agreement(log_probs: list[np.ndarray], cases: list[dict]) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(default_model_path):
-    from cann_llm.models import sha256_file
+    from cann_llm.model_store import sha256_file
     assert sha256_file(default_model_path) == GOLDEN_Q4_1["model_sha256"] == GOLDEN_F16["model_sha256"]
     cases = GOLDEN_Q4_1["greedy"]
     with cann_llm.load(default_model_path, n_ctx=512) as m:

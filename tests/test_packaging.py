@@ -38,7 +38,8 @@ def test_only_cann_llm_at_top_level(wheel):
 
 def test_python_sources_and_server_are_inside(wheel):
     names = set(wheel.namelist())
-    for module in ["__init__.py", "_cdef.py", "backend.py", "cli.py", "dtypes.py",
+    for module in ["__init__.py", "_cdef.py", "backend.py", "cli/__init__.py", "cli/__main__.py",
+                   "cli/common.py", "cli/run.py", "tools/diff.py", "dtypes.py",
                    "server/__init__.py"]:
         assert f"cann_llm/{module}" in names, module
     assert "cann_llm/_ffi_build.py" not in names and "cann_llm/cffi_module.cmake" not in names

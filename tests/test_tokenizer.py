@@ -3,7 +3,7 @@
 Vectors: llama.cpp's ggml-vocab-<name>.gguf.inp/.out (fetched by llama_cpp_data.py; tokenized
 without BOS and with special-token parsing off, as llama.cpp's test-tokenizer-0 does). Golden: the
 "tokenize" cases of tests/data/golden_smollm2-q4_1.json on the default model (add_bos false,
-parse_special true). The default model is found or fetched by cann_llm.models.
+parse_special true). The default model is found or fetched by cann_llm.model_store.
 """
 
 import json
@@ -13,7 +13,7 @@ import time
 import pytest
 import regex
 
-from cann_llm import models
+from cann_llm import model_store as models
 from cann_llm.gguf_vocab import GGUFMetadataError, read_metadata
 from cann_llm.pretokenize import UnknownPreTokenizer, bytes_to_unicode, pre_tokenizer
 from cann_llm.tokenizer import TokenAttr, Tokenizer, TokenizerError

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,22 +24,9 @@ import numpy as np
 from .. import backend as be
 from .. import reference as ref
 from . import opcheck
+from .dump import Record, record
 
 CHAINED_NMSE = 1e-3
-
-
-@dataclass
-class Record:
-    """One computed node of one run: what the eval callback saw (data numpy order)."""
-    index: int
-    name: str
-    op: str
-    type: str
-    ne: tuple
-    data: np.ndarray
-    srcs: list = field(default_factory=list)        # source names (None: absent)
-    src_ne: list = field(default_factory=list)
-    src_types: list = field(default_factory=list)
 
 
 @dataclass
@@ -59,12 +46,6 @@ class Row:
     @property
     def over(self) -> bool:
         return bool(self.error)
-
-
-def _record(info) -> Record:
-    return Record(info.index, info.name, info.op, info.type, tuple(info.ne),
-                  np.array(info.data), list(info.src_names), list(info.src_ne),
-                  list(info.src_types))
 
 
 def _sum(x) -> float:
@@ -109,7 +90,7 @@ def collect(model, ids, name_filter=None, stop=None) -> tuple[list, np.ndarray |
 
     def cb(name, op, ttype, ne, data, info):
         if name_filter is None or name_filter.search(name):
-            records.append(_record(info))
+            records.append(record(info))
         return not (stop is not None and stop(info))
 
     logits = model.logits(ids, eval_callback=cb)
@@ -181,7 +162,7 @@ def isolated(model_a, ids, b="CPU", threshold=None, name_filter=None, stop_at_fi
         row = measure(name, op, ttype, tuple(ne), info.index, data, expected, thr)
         rows.append(row)
         if keep:
-            rec = _record(info)
+            rec = record(info)
             recs_a.append(rec)
             recs_b.append(Record(**{**rec.__dict__, "data": expected}))
         return not (stop_at_first and row.over)
@@ -242,15 +223,20 @@ def ne_text(ne) -> str:
     return "x".join(str(n) for n in ne)
 
 
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                     for row in [header, *rows])
+
+
 def format_rows(rows: list) -> str:
-    from ..cli import format_table
     first = next((i for i, r in enumerate(rows) if r.over), None)
     body = []
     for i, r in enumerate(rows):
         mark = "<< first" if i == first else ("!" if r.over else "")
         body.append([str(r.index), r.name, r.op, r.type.lower(), ne_text(r.ne), _g(r.nmse),
                      _g(r.max_abs), f"{r.sum_a:.6g}", f"{r.sum_b:.6g}", _g(r.threshold), mark])
-    return format_table(["#", "name", "op", "type", "ne", "nmse", "max_abs", "sum_a", "sum_b",
+    return _table(["#", "name", "op", "type", "ne", "nmse", "max_abs", "sum_a", "sum_b",
                          "limit", ""], body)
 
 
@@ -348,137 +334,3 @@ class InjectFault:
             return eval_callback(name, op, ttype, ne, data, *((info,) if full else ()))
 
         return self.model.logits(ids, eval_callback=cb)
-
-
-# ---- the command ---------------------------------------------------------------------------------
-
-def _compile(pattern):
-    from ..cli import CliError
-    if not pattern:
-        return None
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise CliError(f"--filter {pattern!r}: bad regex ({exc})") from None
-
-
-def _check_device(name: str, allow_cpu=True) -> str:
-    from ..cli import CliError
-    from ..model import _parse_devices
-    names = _parse_devices(name)
-    if len(names) != 1:
-        raise CliError(f"diff compares single devices, got {name!r}")
-    if names[0] == "CPU":
-        return "CPU"
-    available = [d.name for d in be.Registry().devices]
-    if names[0] not in available:
-        raise CliError(f"no device {names[0]} (available: {', '.join(available) or 'none'}, CPU)")
-    return names[0]
-
-
-def _dump_meta(model, path, device, mode, prompt, ids) -> dict:
-    return {"model": str(path), "model_sha256": model.gguf.sha256(), "device": device,
-            "mode": mode, "prompt": prompt, "tokens": [int(i) for i in ids],
-            "flash_attn": bool(model.flash_attn)}
-
-
-def _compare_dumps(args, name_filter) -> int:
-    from ..cli import CliError
-    from .dump import read_dump
-    dir_a, dir_b = args.compare
-    meta_a, recs_a = read_dump(dir_a)
-    meta_b, recs_b = read_dump(dir_b)
-    if meta_a.get("tokens") != meta_b.get("tokens"):
-        raise CliError(f"{dir_a} and {dir_b} were made from different prompt tokens")
-    for label, d, m in (("A", dir_a, meta_a), ("B", dir_b, meta_b)):
-        print(f"{label}: {d}: {m.get('device')} ({m.get('mode')}), cann-llm "
-              f"{m.get('cann_llm_version')}, model sha256 {str(m.get('model_sha256'))[:12]}")
-    if meta_a.get("model_sha256") != meta_b.get("model_sha256"):
-        print("note: the dumps come from different model files")
-    if name_filter is not None:
-        recs_a = [r for r in recs_a if name_filter.search(r.name)]
-        recs_b = [r for r in recs_b if name_filter.search(r.name)]
-    per_op = meta_b.get("mode") == "isolated-b"
-    rows = compare_records(recs_a, recs_b, args.threshold, per_op=per_op)
-    print(format_rows(rows))
-    print(summary(rows, "compare " + ("(per-op thresholds)" if per_op and args.threshold is None
-                                      else f"(NMSE limit {args.threshold or CHAINED_NMSE:g})")))
-    return 1 if any(r.over for r in rows) else 0
-
-
-def main_args(args) -> int:
-    """`cann-llm diff`: see the module docstring; exit 1 when a tensor is over its threshold."""
-    import sys
-    import time
-    from ..cli import CliError, _model_path
-    from ..model import load
-    from .dump import write_dump
-
-    name_filter = _compile(args.filter)
-    if args.threshold is not None and not args.threshold >= 0:
-        raise CliError(f"--threshold must be >= 0, got {args.threshold}")
-    if args.compare:
-        return _compare_dumps(args, name_filter)
-    if not args.prompt:
-        raise CliError("diff needs a prompt: -p TEXT (or --compare DUMP_A DUMP_B)")
-    dev_a = _check_device(args.a)
-    dev_b = None if args.print else _check_device(args.b)
-    path = _model_path(args.model, download=True)
-    kw = dict(flash_attn=not args.no_fa, log=lambda msg: print(msg, file=sys.stderr),
-              check_weights=not args.no_check)
-    model_a = load(path, device=dev_a, n_ctx=args.ctx_size, **kw)
-    models = [model_a]
-    try:
-        ids = model_a.tokenize(args.prompt)
-        if not ids:
-            raise CliError("the prompt has no tokens")
-        if len(ids) > model_a.n_ctx:
-            raise CliError(f"the prompt has {len(ids)} tokens, more than -c {model_a.n_ctx}")
-        run_a = InjectFault(model_a, args.inject) if args.inject else model_a
-        t0 = time.perf_counter()
-        if args.print:
-            records, _ = collect(run_a, ids, name_filter)
-            for rec in records:
-                print(print_record(rec, dev_a))
-            if args.dump:
-                write_dump(args.dump, records, _dump_meta(model_a, path, dev_a, "print",
-                                                          args.prompt, ids))
-            print(f"cann-llm diff: {len(records)} tensors of {len(ids)} tokens on {dev_a} in "
-                  f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            return 0
-        if args.mode == "isolated":
-            b = "CPU" if dev_b == "CPU" else next(d for d in be.Registry().devices
-                                                  if d.name == dev_b)
-            rows, recs_a, recs_b, _ = isolated(run_a, ids, b, args.threshold, name_filter,
-                                               args.stop, keep=bool(args.dump))
-            what = (f"isolated {dev_a} vs {dev_b} (B recomputes each node from A's inputs, "
-                    + ("per-op thresholds)" if args.threshold is None
-                       else f"NMSE limit {args.threshold:g})"))
-            modes = ("isolated", "isolated-b")
-            extra = ""
-        else:
-            model_b = load(path, device=dev_b, n_ctx=args.ctx_size, **kw)
-            models.append(model_b)
-            rows, recs_a, recs_b, la, lb = chained(run_a, model_b, ids, args.threshold,
-                                                   name_filter)
-            what = (f"chained {dev_a} vs {dev_b} (independent runs, NMSE limit "
-                    f"{args.threshold if args.threshold is not None else CHAINED_NMSE:g})")
-            modes = ("chained", "chained")
-            extra = logits_summary(la, lb)
-        if args.dump:
-            import os
-            for sub, recs, dev, mode in (("a", recs_a, dev_a, modes[0]),
-                                         ("b", recs_b, dev_b, modes[1])):
-                write_dump(os.path.join(args.dump, sub), recs,
-                           _dump_meta(model_a, path, dev, mode, args.prompt, ids))
-        shown = ", ".join(str(i) for i in ids[:32]) + (", ..." if len(ids) > 32 else "")
-        print(f"prompt: {len(ids)} tokens [{shown}]")
-        print(format_rows(rows))
-        print(summary(rows, what))
-        if extra:
-            print(extra)
-        print(f"cann-llm diff: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        return 1 if any(r.over for r in rows) else 0
-    finally:
-        for m in models:
-            m.close()

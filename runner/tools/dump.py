@@ -9,12 +9,15 @@
 
 `ne` is ggml order (ne[0] fastest, 4 entries), `shape` numpy order (reversed ne, trailing unit
 dims dropped), `index` the node's position in the graph, `type` the tensor's stored type.
+A Record is one such tensor in memory: what diff collects from the eval callback (record(info))
+and what a dump reads back.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,8 +29,30 @@ class DumpError(ValueError):
     """A directory that is not a readable dump (the message names it)."""
 
 
+@dataclass
+class Record:
+    """One computed node of one run: what the eval callback saw (data numpy order)."""
+    index: int
+    name: str
+    op: str
+    type: str
+    ne: tuple
+    data: np.ndarray
+    srcs: list = field(default_factory=list)        # source names (None: absent)
+    src_ne: list = field(default_factory=list)
+    src_types: list = field(default_factory=list)
+
+
+def record(info) -> Record:
+    """A Record of the node an eval callback's `info` (sched.EvalNode) describes, its values
+    copied."""
+    return Record(info.index, info.name, info.op, info.type, tuple(info.ne),
+                  np.array(info.data), list(info.src_names), list(info.src_ne),
+                  list(info.src_types))
+
+
 def write_dump(path, records: list, meta: dict) -> None:
-    """Write `records` (tools.diff.Record) and the run's `meta` (model, device, tokens, ...)."""
+    """Write `records` (Record) and the run's `meta` (model, device, tokens, ...)."""
     from .. import __version__
     os.makedirs(path, exist_ok=True)
     arrays, entries = {}, []
@@ -53,7 +78,6 @@ def write_dump(path, records: list, meta: dict) -> None:
 
 def read_dump(path) -> tuple[dict, list]:
     """(manifest without "tensors", records) of a dump directory."""
-    from .diff import Record
     man_path = os.path.join(path, "manifest.json")
     npz_path = os.path.join(path, "tensors.npz")
     if not os.path.isdir(path):

@@ -6,7 +6,6 @@ threshold, with NaN/inf checks and guard bytes around every tensor. A case the d
 (supports_op) is reported `not supported` and is no failure. Shapes are ggml order (ne0 first).
 """
 
-import argparse
 import csv
 import json
 import re
@@ -19,7 +18,6 @@ import numpy as np
 
 from .. import reference as ref
 from ..backend import CannError, Context, Op, Registry, TensorType
-from . import add_arguments
 
 GUARD_BYTES = 256            # at least this many pattern bytes before and after every tensor
 
@@ -889,23 +887,3 @@ def split_ops(value: str | None) -> list[str] | None:
     if current.strip():
         entries.append(current.strip())
     return entries
-
-
-def main_args(args: argparse.Namespace) -> int:
-    ops = split_ops(args.ops)
-    if args.list:
-        for case in select_cases(make_cases(), ops, args.pattern):
-            print(case.name)
-        return 0
-    return run(args.mode, ops, args.backends, args.pattern, args.seed, args.output)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cann-llm test-ops",
-                                     description="check CANN ops against the CPU reference")
-    add_arguments(parser)
-    return main_args(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,38 +2,32 @@
 
 The CLI layer over cann_llm.load(...) -> Model: argument checks before the model loads, the
 default model (fetched on first use), streaming to stdout, llama.cpp-style timings on stderr.
-cli.py registers the subcommand; errors surface as one line there (exit 1).
+The model flags (add_model_arguments, load_model) are shared with `bench`; errors surface as one
+line in cli.main (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
 
-__all__ = ["add_run_arguments", "cmd_run", "add_model_arguments", "resolve_model",
-           "load_model", "sampling_kwargs"]
+from .common import RunError, Stream, err as _err, log as _log, one_line_errors, \
+    check_device_flag, resolve_model
 
-_DEVICE_RE = re.compile(r"^(CPU|CANN\d+)(,(CPU|CANN\d+))*$")
+__all__ = ["register", "add_run_arguments", "cmd_run", "add_model_arguments", "load_model",
+           "sampling_kwargs", "print_timings"]
 
 
-class RunError(ValueError):
-    """A bad argument or input, reported as one line."""
+def register(commands) -> None:
+    run = commands.add_parser(
+        "run", help="chat with a model, or answer one prompt (default: SmolLM2-135M-Instruct)",
+        description="One-shot chat answer with a prompt (-p or PROMPT), an interactive chat "
+                    "without one (or with -i); --raw for plain completion. Timings on stderr.")
+    add_run_arguments(run)
+    run.set_defaults(handler=cmd_run)
 
 
 # -- arguments shared by run and bench --------------------------------------------------------
-
-def one_line_errors(p: argparse.ArgumentParser) -> None:
-    """argparse's own errors (`-n abc`) as one line and exit status 1, like every other failure
-    of the subcommand, instead of the usage text and status 2."""
-    name = p.prog.split()[-1]
-
-    def error(message):
-        sys.stderr.write(f"cann-llm: {name}: {message} (see cann-llm {name} --help)\n")
-        sys.exit(1)
-    p.error = error
-
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     one_line_errors(p)
@@ -57,34 +51,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_model_arguments(args) -> str:
-    device = args.device.upper()
-    if not _DEVICE_RE.match(device):
-        raise RunError(f"--device {args.device!r}: expected CANN0, CANNn, CPU or a comma list")
+    check_device_flag(args.device)
     if args.ctx_size < 0:
         raise RunError(f"-c/--ctx-size must be >= 0 (0: the model's), got {args.ctx_size}")
     if args.threads is not None and args.threads < 1:
         raise RunError(f"-t/--threads must be >= 1, got {args.threads}")
     if args.batch_size < 1:
         raise RunError(f"-b/--batch-size must be >= 1, got {args.batch_size}")
-    return device
-
-
-def resolve_model(model: str | None) -> str:
-    """The .gguf path to load: MODEL as given (checked to be a file), or the default model,
-    fetched into the cache on first use (progress on stderr)."""
-    if model is None or model == "default":
-        from . import models
-        try:
-            return str(models.default_model_path(download=True))
-        except models.ModelDownloadError as e:
-            raise RunError(f"default model: {e}".replace("\n", " | ")) from None
-    if not os.path.exists(model):
-        hint = "" if model.endswith(".gguf") else \
-            " (MODEL is a .gguf path; give the prompt with -p to use the default model)"
-        raise RunError(f"{model}: no such file{hint}")
-    if os.path.isdir(model):
-        raise RunError(f"{model}: is a directory, not a .gguf file")
-    return model
+    return args.device.upper()
 
 
 def load_model(args, path: str):
@@ -104,7 +78,7 @@ def load_model(args, path: str):
                   log=_log)
     load = getattr(cann_llm, "load", None)
     if load is None:                      # before __init__ re-exports it
-        from .model import load
+        from ..model import load
     return load(path, **kwargs)
 
 
@@ -142,7 +116,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def sampling_kwargs(args) -> dict:
     """generate()/chat() sampling keywords from the arguments, checked by building a Sampler."""
-    from .sampler import Sampler
+    from ..sampler import Sampler
     kw = dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
               repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
               presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
@@ -183,19 +157,6 @@ def _max_tokens(args, model) -> int:
     return args.n_predict if args.n_predict >= 0 else model.n_ctx
 
 
-def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _log(msg: str) -> None:
-    """The model's log lines (-v: summary, graph splits): each prefixed, and never inside a
-    streamed answer's line (stdout and stderr share a terminal)."""
-    if _Stream.current is not None and sys.stdout.isatty() and sys.stderr.isatty():
-        _Stream.current.end()       # one terminal: the answer's open line ends first
-    for line in str(msg).splitlines():
-        _err(line if line.startswith("cann-llm") else f"cann-llm: {line}")
-
-
 def print_timings(model, out=None) -> None:
     """The closing lines, in llama.cpp's llama_perf_context_print format."""
     out = out or sys.stderr
@@ -216,34 +177,11 @@ def print_timings(model, out=None) -> None:
           file=out, flush=True)
 
 
-class _Stream:
-    """Writes pieces to stdout as they come and remembers whether the line is open."""
-    current = None      # the stream being written, so log lines can end its open line first
-
-    def __init__(self):
-        self.text = []
-        self.open_line = False
-        _Stream.current = self
-
-    def write(self, piece: str) -> None:
-        if piece:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-            self.text.append(piece)
-            self.open_line = not piece.endswith("\n")
-
-    def end(self) -> None:
-        if self.open_line:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-            self.open_line = False
-
-
 def _stream_chat(model, messages, max_tokens, sampling, interactive=False) -> str:
     """Stream the answer to `messages`; returns its text. Ctrl-C stops the answer (the chat
     goes on; a one-shot run ends with status 130)."""
-    from .model import ContextFullError
-    out = _Stream()
+    from ..model import ContextFullError
+    out = Stream()
     try:
         for piece in model.chat(messages, max_tokens=max_tokens, **sampling):
             out.write(piece)
@@ -263,14 +201,14 @@ def _stream_chat(model, messages, max_tokens, sampling, interactive=False) -> st
 
 
 def _stream_raw(model, prompt, max_tokens, sampling) -> None:
-    from .model import ContextFullError
+    from ..model import ContextFullError
     ids = model.tokenize(prompt)
     if len(ids) >= model.n_ctx:
         raise ContextFullError(f"the prompt has {len(ids)} tokens, the context holds "
                                f"{model.n_ctx}")
     max_tokens = min(max_tokens, model.n_ctx - len(ids))
     detok = model.tokenizer.incremental()
-    out = _Stream()
+    out = Stream()
     try:
         for token in model.generate(ids, max_tokens=max_tokens, **sampling):
             if model.tokenizer.is_eog(token):
@@ -340,7 +278,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise RunError("--raw needs a prompt (-p, -f or PROMPT)")
     if args.raw and args.interactive:
         raise RunError("--raw and -i do not go together (the chat uses the template)")
-    from .kv_cache import ContextFullError
+    from ..kv_cache import ContextFullError
     model = load_model(args, path)
     try:
         if args.verbose:

@@ -1,0 +1,129 @@
+"""`cann-llm bench`: the command over cann_llm.bench (the measurement, which is also a library
+and a standalone llama.cpp worker script, so it stays outside the CLI package): the model facts
+of the table's first columns, the flags and the report."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .common import RunError, resolve_model
+from .run import add_model_arguments, load_model
+
+__all__ = ["register", "add_bench_arguments", "cmd_bench"]
+
+
+def register(commands) -> None:
+    bench = commands.add_parser(
+        "bench", help="prompt and generation tokens/s, llama-bench style (vs llama.cpp if found)")
+    add_bench_arguments(bench)
+    bench.set_defaults(handler=cmd_bench)
+
+
+def _size(n_bytes):
+    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.2f} MiB"
+
+
+def _model_facts(path):
+    from .. import loader
+    g = loader.open_gguf(path)
+    n_params = sum(_n_elements(t.ne) for t in g.tensors.values())
+    n_bytes = sum(t.nbytes for t in g.tensors.values())
+    types = {}
+    for t in g.tensors.values():
+        if len(t.ne) >= 2 and t.ne[1] > 1:
+            name = loader.type_name(t.type)
+            types[name] = types.get(name, 0) + t.nbytes
+    main = max(types, key=types.get) if types else "?"
+    params = f"{n_params / 1e9:.2f} B" if n_params >= 1e9 else f"{n_params / 1e6:.2f} M"
+    label = f"{g.hparams.arch} {params.replace(' ', '')} {main}"
+    return label, _size(n_bytes), params
+
+
+def _n_elements(ne):
+    n = 1
+    for d in ne:
+        n *= int(d)
+    return n
+
+
+def add_bench_arguments(p):
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a .gguf file (default: the default model)")
+    p.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N",
+                   help="prompt tokens of the pp test (0: skip; default 512)")
+    p.add_argument("-n", "--n-gen", type=int, default=128, metavar="N",
+                   help="generated tokens of the tg test (0: skip; default 128)")
+    p.add_argument("-r", "--repetitions", type=int, default=5, metavar="N",
+                   help="repetitions of each test (default 5)")
+    p.add_argument("--llamacpp", default="auto", metavar="auto|off|PYTHON",
+                   help="also measure llama.cpp (llama-cpp-python) on the same file: auto (when "
+                        "this Python can import llama_cpp), off, or a Python that can")
+    add_model_arguments(p)
+    p.set_defaults(ctx_size=0)
+
+
+def cmd_bench(args) -> int:
+    from ..bench import bench_llamacpp, bench_ours, format_rows, host_time_per_token, \
+        llamacpp_python, mean_std
+    for flag, v, lo in (("-p", args.n_prompt, 0), ("-n", args.n_gen, 0),
+                        ("-r", args.repetitions, 1)):
+        if v < lo:
+            raise RunError(f"{flag} must be >= {lo}, got {v}")
+    if not args.n_prompt and not args.n_gen:
+        raise RunError("nothing to measure: -p 0 and -n 0")
+    path = resolve_model(args.model)
+    if not args.ctx_size:
+        args.ctx_size = max(args.n_prompt + args.n_gen + 16, 1024)
+    label, size, params = _model_facts(path)
+    model = load_model(args, path)
+    from .. import backend
+    runtime = backend.runtime_name()
+    threads = args.threads or os.environ.get("CANN_LLM_THREADS") or os.cpu_count()
+    try:
+        ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
+        load_ms = model.timings().get("load_ms")
+        host = host_time_per_token(model, min(args.n_gen, 32)) if args.n_gen else None
+    finally:
+        if hasattr(model, "close"):
+            model.close()
+    backend_name = f"CANN ({runtime})" if args.device.upper().startswith("CANN") else "CPU ref"
+    rows = []
+    for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+        if n:
+            rows.append(dict(model=label, size=size, params=params, backend=backend_name,
+                             threads=threads, test=f"{test}{n}", tps=ours[test]))
+    theirs = None
+    py = None if args.llamacpp == "off" else llamacpp_python(
+        None if args.llamacpp == "auto" else args.llamacpp)
+    if py:
+        print(f"cann-llm: measuring llama.cpp through {py}", file=sys.stderr, flush=True)
+        theirs = bench_llamacpp(path, args.n_prompt, args.n_gen, args.repetitions,
+                                threads=args.threads, n_ctx=args.ctx_size,
+                                n_batch=args.batch_size, python=py)
+        for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+            if n:
+                rows.append(dict(model=label, size=size, params=params,
+                                 backend=f"llama.cpp {theirs.get('version', '')} CPU".strip(),
+                                 threads=theirs.get("n_threads") or threads,
+                                 test=f"{test}{n}", tps=theirs[test]))
+    elif args.llamacpp not in ("auto", "off"):
+        raise RunError(f"--llamacpp {args.llamacpp}: not a Python that can import llama_cpp")
+    print(format_rows(rows))
+    print(f"\ndevice {args.device.upper()}, runtime {runtime}"
+          + (f", load {load_ms:.0f} ms" if load_ms else ""))
+    for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+        if not n:
+            continue
+        m, _ = mean_std(ours[test])
+        line = f"{test}{n}: cann-llm {m:.2f} t/s ({1e3 / m if m else 0:.2f} ms/token)"
+        if theirs:
+            t, _ = mean_std(theirs[test])
+            line += (f", llama.cpp {t:.2f} t/s ({1e3 / t if t else 0:.2f} ms/token), "
+                     f"ratio {m / t if t else 0:.2f}x")
+        print(line)
+    if host:
+        print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = backend calls "
+              f"{host['backend_ms']:.2f} ms + host (Python) {host['host_ms']:.2f} ms, of which "
+              f"sampling {host['sampler_ms']:.3f} ms")
+    return 0
