@@ -135,7 +135,7 @@ def test_sampling_params_make_cli_flags():
     assert SamplingParams.from_args(parser.parse_args([])) == SamplingParams()
     args = parser.parse_args(["--temp", "0", "--top-k", "5", "--repeat-last-n", "-1", "-s", "9",
                               "--min-p", "0.1"])
-    assert args.temp == 0.0 and args.top_k == 5 and args.seed == 9    # run_cli's dest names
+    assert args.temp == 0.0 and args.top_k == 5 and args.seed == 9    # the run command's dest names
     p = SamplingParams.from_args(args)
     assert (p.temperature, p.top_k, p.repeat_last_n, p.seed, p.min_p) == (0.0, 5, -1, 9, 0.1)
     assert "temperature" in parser.format_help()
@@ -145,7 +145,7 @@ def test_sampling_params_make_cli_flags():
 
 _THREADS = """
 import os, cann_llm
-from cann_llm.models import default_model_path
+from cann_llm.model_store import default_model_path
 path = str(default_model_path())
 m = cann_llm.load(path, n_ctx=256, n_batch=32, n_threads={n})
 m.logits([1, 2, 3, 4])
