@@ -1,5 +1,6 @@
 /* cann_backend.c - a CANN backend is one stream on one device: async copies, synchronize,
- * events, and graph_compute dispatching each node to its op family. */
+ * events, graph_compute dispatching each node to its op family (after the ops' prepare hooks),
+ * and the public statistics and pool test entry points. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -253,4 +254,38 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
     *backend = (clm_backend){.iface = cann_backend_iface, .device = dev, .context = ctx};
     *out = backend;
     return CLM_OK;
+}
+
+/* ---- public entry points: statistics, pool test hooks ---------------------------------------- */
+static cann_backend_ctx *cann_ctx_of(clm_backend *backend) {
+    return cann_backend_is_cann(backend) ? backend_ctx(backend) : NULL;
+}
+
+clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
+    CLM_CHECK_ARG(out != NULL, "clm_cann_backend_stats: out is NULL");
+    cann_backend_ctx *ctx = cann_ctx_of(backend);
+    CLM_CHECK_ARG(ctx != NULL, "clm_cann_backend_stats: not a CANN backend");
+    *out = (clm_cann_stats){0};
+    ctx->pool->iface.stats(ctx->pool, out);
+    out->graph_captures = ctx->graph_captures;
+    out->graph_replays = ctx->graph_replays;
+    out->graph_cached = cann_graph_cache_size(ctx);
+    return CLM_OK;
+}
+
+clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size) {
+    CLM_CHECK_ARG(ptr != NULL && actual_size != NULL, "clm_cann_pool_alloc: NULL out pointer");
+    cann_backend_ctx *ctx = cann_ctx_of(backend);
+    CLM_CHECK_ARG(ctx != NULL, "clm_cann_pool_alloc: not a CANN backend");
+    CLM_CHECK_ARG(size > 0, "clm_cann_pool_alloc: size must be > 0");
+    clm_status st = cann_set_device(ctx->device);
+    return st != CLM_OK ? st : ctx->pool->iface.alloc(ctx->pool, size, ptr, actual_size);
+}
+
+clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size) {
+    cann_backend_ctx *ctx = cann_ctx_of(backend);
+    CLM_CHECK_ARG(ctx != NULL, "clm_cann_pool_free: not a CANN backend");
+    CLM_CHECK_ARG(ptr != NULL, "clm_cann_pool_free: NULL pointer");
+    clm_status st = cann_set_device(ctx->device);
+    return st != CLM_OK ? st : ctx->pool->iface.free(ctx->pool, ptr, size);
 }
