@@ -4,7 +4,7 @@
 #define CANN_COMMON_H
 
 #include "acl/acl.h"
-#include "cann/aclnn_api.h"
+#include "aclnn_api.h"   /* backend_cann/acl_host/include/aclnn_c */
 #include "core/clm_impl.h"
 
 #define CANN_MAX_DEVICES 16
