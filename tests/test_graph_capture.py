@@ -237,7 +237,7 @@ def test_replay_after_an_op_cache_grows(clm, device):
 def test_replays_without_the_pre_pass_interleaved_with_misses(clm, device):
     """A replay skips the pre-pass (the ops' prepare hooks): its captured launches rebuild ROPE's
     sin/cos for the new positions, and the eager runs of new graphs in between (misses, which run
-    the pre-pass and may reuse the same sin/cos slots) do not leave it stale tables."""
+    the pre-pass and may reuse the same sin/cos slots) do not make it replay stale tables."""
     a, b = Rope(clm, device, 4), Rope(clm, device, 4)
     fresh = []
     try:

@@ -50,8 +50,9 @@ struct cann_pool {
  * RULE for ops when graph capture is on (GGML_CANN_ACL_GRAPH, docs/memory_pools.md): inside
  * graph_compute, ops must not allocate device memory outside this pool, must not copy from the
  * host (aclrtMemcpy*, H2D) and must not synchronize: all of that fails during capture. Build
- * constant tables / caches in a pre-pass or at buffer set_tensor time. Temporaries come from
- * cann_temp_alloc, freed in LIFO order after the launches that use them. */
+ * constant tables / caches in the op's prepare hook (cann_consts.c) or at buffer set_tensor
+ * time. Temporaries come from cann_temp_alloc, freed in LIFO order after the launches that use
+ * them. */
 clm_status cann_pool_create(int device, aclrtStream stream, cann_pool **out);
 
 /* One temporary: alloc, use in launches, free (LIFO). */
