@@ -36,6 +36,9 @@ Op = _c_enum("clm_op", "CLM_OP_", "Op")
 DeviceType = _c_enum("enum clm_device_type", "CLM_DEVICE_TYPE_", "DeviceType")
 BufferUsage = _c_enum("enum clm_buffer_usage", "CLM_BUFFER_USAGE_", "BufferUsage")
 TensorFlag = _c_enum("clm_tensor_flag", "CLM_TENSOR_FLAG_", "TensorFlag")
+UnaryOp = _c_enum("clm_unary_op", "CLM_UNARY_OP_", "UnaryOp")   # op_params[0] of an UNARY node
+GluOp = _c_enum("clm_glu_op", "CLM_GLU_OP_", "GluOp")           # op_params[0] of a GLU node
+ROPE_TYPE_NEOX = lib.CLM_ROPE_TYPE_NEOX                          # the ROPE mode bit (else normal)
 
 
 def _text(c_string) -> str:

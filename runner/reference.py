@@ -17,11 +17,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, quants
 
 from . import dtypes
-from .backend import Op, Tensor, TensorType
-
-_GLU_SWIGLU = 0
-_UNARY_SILU = 0
-ROPE_TYPE_NEOX = 2
+from .backend import ROPE_TYPE_NEOX, GluOp, Op, Tensor, TensorType, UnaryOp
 
 _QUANT_TYPES = {TensorType.Q4_0, TensorType.Q4_1, TensorType.Q5_0, TensorType.Q5_1,
                 TensorType.Q8_0, TensorType.Q2_K, TensorType.Q3_K, TensorType.Q4_K,
@@ -367,55 +363,76 @@ def op_copy(src, shape: tuple):
     return np.asarray(src).reshape(shape)
 
 
+# ---- dispatch: one entry per supported op --------------------------------------------------------
+# Each entry: (node, src, fp, ip) -> result, with src(i) the decoded source i (None if absent), fp /
+# ip the op_params as float32 / int32. Its keys are the ops the reference supports (SUPPORTED_OPS,
+# the CPU slot of the graph splitter reads them); an op parameter it does not know is checked by
+# supports().
+
+def _unary(node, src, fp, ip):
+    if ip[0] != UnaryOp.SILU:
+        raise ReferenceError(f"unary op {ip[0]} is not known to the reference")
+    return _silu(src(0))
+
+
+def _glu(node, src, fp, ip):
+    if ip[0] != GluOp.SWIGLU:
+        raise ReferenceError(f"glu op {ip[0]} is not known to the reference")
+    return op_glu(src(0), src(1), bool(ip[1]))
+
+
+_COMPUTE = {
+    Op.ADD: lambda node, src, fp, ip: op_add(src(0), src(1)),
+    Op.MUL: lambda node, src, fp, ip: op_mul(src(0), src(1)),
+    Op.SCALE: lambda node, src, fp, ip: op_scale(src(0), float(fp[0]), float(fp[1])),
+    Op.RMS_NORM: lambda node, src, fp, ip: op_rms_norm(src(0), float(fp[0])),
+    Op.MUL_MAT: lambda node, src, fp, ip: op_mul_mat(src(0), src(1)),
+    Op.GET_ROWS: lambda node, src, fp, ip: op_get_rows(src(0), src(1)),
+    Op.SET_ROWS: lambda node, src, fp, ip: op_set_rows(src(2), src(0), src(1)),
+    Op.ROPE: lambda node, src, fp, ip: op_rope(src(0), src(1), src(2), int(ip[1]), int(ip[2]),
+                                               int(ip[4]), *(float(x) for x in fp[5:11])),
+    Op.SOFT_MAX: lambda node, src, fp, ip: op_soft_max(src(0), src(1), float(fp[0]), float(fp[1])),
+    Op.FLASH_ATTN_EXT: lambda node, src, fp, ip: op_flash_attn_ext(
+        src(0), src(1), src(2), src(3), float(fp[0]), float(fp[1]), float(fp[2])),
+    Op.ARGMAX: lambda node, src, fp, ip: op_argmax(src(0)),
+    Op.UNARY: _unary,
+    Op.GLU: _glu,
+    Op.CPY: lambda node, src, fp, ip: op_copy(src(0), np_shape(node)),
+    Op.DUP: lambda node, src, fp, ip: op_copy(src(0), np_shape(node)),
+    Op.CONT: lambda node, src, fp, ip: op_copy(src(0), np_shape(node)),
+}
+
+SUPPORTED_OPS = frozenset(_COMPUTE)
+VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+_KNOWN_SUBOPS = {Op.UNARY: {int(UnaryOp.SILU)}, Op.GLU: {int(GluOp.SWIGLU)}}
+
+
+def supports(node: Tensor) -> bool:
+    """True if compute_node computes this node (views and NONE have no compute: evaluate() reads
+    them through their source)."""
+    if node.op not in SUPPORTED_OPS:
+        return False
+    known = _KNOWN_SUBOPS.get(node.op)
+    return known is None or int(params_i32(node)[0]) in known
+
+
 def compute_node(node: Tensor, srcs: list) -> np.ndarray:
     """One node's result (numpy order, 4-d) from its sources' decoded values (`srcs[i]` for
     node.src[i], numpy order, 4-d; None for an absent optional source), rounded to node.type.
     SET_ROWS returns the whole updated destination; CPY the copied values."""
     op = node.op
     out_shape = np_shape(node)
-    fp, ip = params_f32(node), params_i32(node)
 
     def src(i):
         return srcs[i] if i < len(srcs) else None
 
-    if op in (Op.ADD, Op.MUL):
-        result = (op_add if op == Op.ADD else op_mul)(src(0), src(1))
-    elif op == Op.SCALE:
-        result = op_scale(src(0), float(fp[0]), float(fp[1]))
-    elif op == Op.RMS_NORM:
-        result = op_rms_norm(src(0), float(fp[0]))
-    elif op == Op.MUL_MAT:
-        result = op_mul_mat(src(0), src(1))
-    elif op == Op.GET_ROWS:
-        result = op_get_rows(src(0), src(1))
-    elif op == Op.SET_ROWS:
-        dst = src(2)
-        result = op_set_rows(dst, src(0), src(1))
-    elif op == Op.ROPE:
-        result = op_rope(src(0), src(1), src(2), int(ip[1]), int(ip[2]), int(ip[4]),
-                         *(float(x) for x in fp[5:11]))
-    elif op == Op.SOFT_MAX:
-        result = op_soft_max(src(0), src(1), float(fp[0]), float(fp[1]))
-    elif op == Op.FLASH_ATTN_EXT:
-        result = op_flash_attn_ext(src(0), src(1), src(2), src(3), float(fp[0]), float(fp[1]),
-                                   float(fp[2]))
-    elif op == Op.ARGMAX:
-        result = op_argmax(src(0))
-    elif op == Op.UNARY:
-        if ip[0] != _UNARY_SILU:
-            raise ReferenceError(f"unary op {ip[0]} is not known to the reference")
-        result = _silu(src(0))
-    elif op == Op.GLU:
-        if ip[0] != _GLU_SWIGLU:
-            raise ReferenceError(f"glu op {ip[0]} is not known to the reference")
-        result = op_glu(src(0), src(1), bool(ip[1]))
-    elif op in (Op.CPY, Op.DUP, Op.CONT):
-        result = op_copy(src(0), out_shape)
-    elif op in (Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE, Op.NONE):
-        raise ReferenceError(f"{op.name} has no compute: read it through evaluate()")
-    else:
+    compute = _COMPUTE.get(op)
+    if compute is None:
+        if op in VIEW_OPS or op == Op.NONE:
+            raise ReferenceError(f"{op.name} has no compute: read it through evaluate()")
         raise ReferenceError(f"op {node.op_desc} is not known to the reference")
-    result = np.asarray(result)
+    fp, ip = params_f32(node), params_i32(node)
+    result = np.asarray(compute(node, src, fp, ip))
     if result.shape != out_shape:
         raise ReferenceError(f"{node.op_desc}: computed shape {result.shape}, node has {out_shape}")
     return round_to(node.type, result)
@@ -434,7 +451,7 @@ def evaluate(graph, leaf_values: dict, memory: Memory | None = None) -> dict:
         memory.set_stored(storage_of(tensor), stored)
     nodes = graph.nodes
     for node in nodes:
-        if node.op in (Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE):
+        if node.op in VIEW_OPS:
             continue
         srcs = [memory.read(s) if s is not None else None for s in _sources(node)]
         memory.write(node, compute_node(node, srcs))

@@ -19,10 +19,7 @@ from . import backend as be
 from . import reference as ref
 from .backend import Op, ffi, lib
 
-_VIEW_OPS = (Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE)
-_REFERENCE_OPS = {Op.ADD, Op.MUL, Op.SCALE, Op.RMS_NORM, Op.MUL_MAT, Op.GET_ROWS, Op.SET_ROWS,
-                  Op.ROPE, Op.SOFT_MAX, Op.FLASH_ATTN_EXT, Op.ARGMAX, Op.UNARY, Op.GLU, Op.CPY,
-                  Op.DUP, Op.CONT}
+_VIEW_OPS = ref.VIEW_OPS
 
 
 class SchedError(RuntimeError):
@@ -63,11 +60,7 @@ class CPUSlot:
     def supports(self, node: be.Tensor) -> bool:
         if node.op in _VIEW_OPS or node.op == Op.NONE:
             return True
-        if node.op not in _REFERENCE_OPS:
-            return False
-        if node.op in (Op.UNARY, Op.GLU):
-            return int(node.c.op_params[0]) == 0
-        return True
+        return ref.supports(node)   # the reference's dispatch table is the one list
 
     def close(self):
         pass

@@ -10,14 +10,16 @@
 #
 # Both modes compile every backend source (backend_cann/src) in toolkit mode against the real
 # runtime headers, with implicit declarations as errors. The full mode also compiles a C++ unit
-# that includes the real aclnn headers together with backend_cann/src/cann/aclnn_api.h, so any
+# that includes the real aclnn headers together with the project's declarations
+# (backend_cann/acl_host/include/aclnn_c/aclnn_api.h), so any
 # prototype that differs from CANN's is a "conflicting declaration" compile error, and checks
 # that every function the project declares exists in the real headers.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 backend="$here/backend_cann"
-decls="$backend/src/cann/aclnn_api.h"   # includes the per-family aclnn_*.h beside it
+decls_dir="$backend/acl_host/include/aclnn_c"   # the project's aclnn declarations
+decls="$decls_dir/aclnn_api.h"                  # includes the per-family aclnn_*.h beside it
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
 
@@ -42,7 +44,8 @@ status=0
 for src in "$backend"/src/core/*.c "$backend"/src/cann/*.c; do
   if ! "$CC" -std=gnu11 -fsyntax-only -Wall -Werror=implicit-function-declaration \
       -Werror=incompatible-pointer-types -Werror=int-conversion \
-      -DCLM_RUNTIME_NAME='"toolkit"' -I"$backend/include" -I"$backend/src" -I"$include_dir" "$src"; then
+      -DCLM_RUNTIME_NAME='"toolkit"' -I"$backend/include" -I"$backend/src" -I"$include_dir" \
+      -I"$decls_dir" "$src"; then
     echo "FAIL: $src does not compile against $include_dir" >&2
     status=1
   fi
@@ -60,7 +63,7 @@ done
 [ -f "$include_dir/aclnn/acl_meta.h" ] || { echo "check_headers: no aclnn/acl_meta.h in $include_dir" >&2; exit 1; }
 echo "aclnn op headers: $aclnnop_dir"
 
-functions=$(grep -ohE '\b(acl[A-Za-z0-9_]+)\(' "$decls" "$(dirname "$decls")"/aclnn_*.h | tr -d '(' | sort -u)
+functions=$(grep -ohE '\b(acl[A-Za-z0-9_]+)\(' "$decls_dir"/aclnn_*.h | tr -d '(' | sort -u)
 unit=$(mktemp --suffix=.cpp)
 trap 'rm -f "$unit"' EXIT
 {

@@ -231,3 +231,23 @@ def test_replay_after_an_op_cache_grows(clm, device):
     finally:
         small.close()
         big.close()
+
+
+def test_replays_without_the_pre_pass_interleaved_with_misses(clm, device):
+    """A replay skips the pre-pass (the ops' prepare hooks): its captured launches rebuild ROPE's
+    sin/cos for the new positions, and the eager runs of new graphs in between (misses, which run
+    the pre-pass and may reuse the same sin/cos slots) do not make it replay stale tables."""
+    a, b = Rope(clm, device, 4), Rope(clm, device, 4)
+    fresh = []
+    try:
+        with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as graph:
+            for seed in range(1, 5):
+                fresh.append(Rope(clm, device, 4))
+                want = [a.run(eager, seed), fresh[-1].run(eager, seed + 50), b.run(eager, seed + 100)]
+                got = [a.run(graph, seed), fresh[-1].run(graph, seed + 50), b.run(graph, seed + 100)]
+                assert got == want
+            stats = graph.stats()
+            assert stats["graph_replays"] == 6 and stats["graph_captures"] == 6
+    finally:
+        for rope in (a, b, *fresh):
+            rope.close()

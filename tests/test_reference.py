@@ -284,3 +284,29 @@ def test_unknown_op_raises_reference_error():
         view = ctx.reshape(a, (2, 2))
         with pytest.raises(ref.ReferenceError):
             ref.compute_node(view, [np.zeros((1, 1, 1, 4), np.float32)])
+
+
+def test_dispatch_table_covers_every_op_of_the_header():
+    """The reference is the CPU device of the splitter: every op of cann_llm.h except the views
+    and NONE has an entry in its table (the one list of what the CPU supports)."""
+    known = {op.name for op in ref.SUPPORTED_OPS | ref.VIEW_OPS}
+    missing = {op.name for op in clm.Op} - known - {"NONE"}
+    assert missing == set()
+
+
+def test_cpu_slot_supports_what_the_table_computes():
+    from cann_llm import sched
+    cpu = sched.CPUSlot()
+    with clm.Context() as ctx:
+        a = ctx.new_tensor(T.F32, (8, 2))
+        silu, swiglu = ctx.silu(a), ctx.swiglu(a)
+        assert cpu.supports(silu) and cpu.supports(swiglu)
+        assert cpu.supports(ctx.reshape(a, (16,)))
+        values = uniform(1, 1, 2, 8)
+        np.testing.assert_allclose(ref.compute_node(silu, [values]), values / (1 + np.exp(-values)),
+                                   rtol=1e-6)
+        for node in (silu, swiglu):   # a sub-op the reference does not know (past the C enum)
+            node.c.op_params[0] = len(clm.UnaryOp if node is silu else clm.GluOp)
+            assert not ref.supports(node) and not cpu.supports(node)
+            with pytest.raises(ref.ReferenceError):
+                ref.compute_node(node, [values])

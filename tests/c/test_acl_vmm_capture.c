@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "acl/acl.h"
-#include "cann/aclnn_api.h"
+#include "aclnn_api.h"
 #include "ctest_util.h"
 
 #define MiB ((size_t)1 << 20)

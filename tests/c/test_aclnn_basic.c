@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "acl/acl.h"
-#include "cann/aclnn_api.h"
+#include "aclnn_api.h"
 #include "ctest_util.h"
 #include "aclnn_util.h"
 

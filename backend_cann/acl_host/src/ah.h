@@ -1,6 +1,6 @@
 /* ah.h - acl_host internals shared by the runtime (memory, streams, thread pool) and the aclnn
  * ops. Nothing here is exported: the library's public surface is exactly the CANN API in
- * include/acl/ and ../src/cann/aclnn_api.h.
+ * include/acl/ and include/aclnn_c/aclnn_api.h.
  */
 #ifndef AH_H
 #define AH_H

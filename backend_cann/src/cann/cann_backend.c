@@ -1,5 +1,6 @@
 /* cann_backend.c - a CANN backend is one stream on one device: async copies, synchronize,
- * events, and graph_compute dispatching each node to its op family. */
+ * events, graph_compute dispatching each node to its op family (after the ops' prepare hooks),
+ * and the public statistics and pool test entry points. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,7 +29,7 @@ static void backend_free(clm_backend *backend) {
     if (cann_set_device(ctx->device) == CLM_OK) {
         aclrtSynchronizeStream(ctx->stream);
         cann_graph_cache_free(ctx);
-        cann_nn_cache_free(ctx);
+        cann_consts_free(ctx);
         ctx->pool->iface.destroy(ctx->pool);
         aclrtDestroyStream(ctx->stream);
         aclGetRecentErrMsg();
@@ -109,29 +110,31 @@ static clm_status backend_event_wait(clm_backend *backend, clm_event *event) {
 /* ---- op dispatch ------------------------------------------------------------------------------ */
 static bool node_is_allocated(const clm_tensor *t) { return t->data != NULL && t->buffer != NULL; }
 
-/* Each compute op: whether this backend runs it exactly, and how. One op family per file. */
+/* Each compute op: whether this backend runs it exactly, what it needs built before the graph
+ * runs (optional; see cann_common.h), and how it runs. One op family per file. */
 typedef struct op_entry {
     bool (*supports)(const clm_tensor *op);
+    clm_status (*prepare)(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan);
     clm_status (*compute)(cann_backend_ctx *ctx, clm_tensor *dst);
 } op_entry;
 
 static const op_entry op_table[CLM_OP_COUNT] = {
-    [CLM_OP_ADD] = {cann_supports_binary, cann_op_binary},
-    [CLM_OP_MUL] = {cann_supports_binary, cann_op_binary},
-    [CLM_OP_CPY] = {cann_supports_cpy, cann_op_cpy},
-    [CLM_OP_DUP] = {cann_supports_cpy, cann_op_cpy},
-    [CLM_OP_CONT] = {cann_supports_cpy, cann_op_cpy},
-    [CLM_OP_MUL_MAT] = {cann_supports_mul_mat, cann_op_mul_mat},
-    [CLM_OP_GET_ROWS] = {cann_supports_get_rows, cann_op_get_rows},
-    [CLM_OP_SET_ROWS] = {cann_supports_set_rows, cann_op_set_rows},
-    [CLM_OP_RMS_NORM] = {cann_supports_rms_norm, cann_op_rms_norm},
-    [CLM_OP_ROPE] = {cann_supports_rope, cann_op_rope},
-    [CLM_OP_SOFT_MAX] = {cann_supports_soft_max, cann_op_soft_max},
-    [CLM_OP_FLASH_ATTN_EXT] = {cann_supports_flash_attn_ext, cann_op_flash_attn_ext},
-    [CLM_OP_SCALE] = {cann_supports_scale, cann_op_scale},
-    [CLM_OP_UNARY] = {cann_supports_unary, cann_op_unary},
-    [CLM_OP_GLU] = {cann_supports_glu, cann_op_glu},
-    [CLM_OP_ARGMAX] = {cann_supports_argmax, cann_op_argmax},
+    [CLM_OP_ADD] = {cann_supports_binary, NULL, cann_op_binary},
+    [CLM_OP_MUL] = {cann_supports_binary, NULL, cann_op_binary},
+    [CLM_OP_CPY] = {cann_supports_cpy, NULL, cann_op_cpy},
+    [CLM_OP_DUP] = {cann_supports_cpy, NULL, cann_op_cpy},
+    [CLM_OP_CONT] = {cann_supports_cpy, NULL, cann_op_cpy},
+    [CLM_OP_MUL_MAT] = {cann_supports_mul_mat, NULL, cann_op_mul_mat},
+    [CLM_OP_GET_ROWS] = {cann_supports_get_rows, NULL, cann_op_get_rows},
+    [CLM_OP_SET_ROWS] = {cann_supports_set_rows, NULL, cann_op_set_rows},
+    [CLM_OP_RMS_NORM] = {cann_supports_rms_norm, cann_prepare_rms_norm, cann_op_rms_norm},
+    [CLM_OP_ROPE] = {cann_supports_rope, cann_prepare_rope, cann_op_rope},
+    [CLM_OP_SOFT_MAX] = {cann_supports_soft_max, cann_prepare_soft_max, cann_op_soft_max},
+    [CLM_OP_FLASH_ATTN_EXT] = {cann_supports_flash_attn_ext, cann_prepare_flash_attn_ext, cann_op_flash_attn_ext},
+    [CLM_OP_SCALE] = {cann_supports_scale, NULL, cann_op_scale},
+    [CLM_OP_UNARY] = {cann_supports_unary, NULL, cann_op_unary},
+    [CLM_OP_GLU] = {cann_supports_glu, NULL, cann_op_glu},
+    [CLM_OP_ARGMAX] = {cann_supports_argmax, NULL, cann_op_argmax},
 };
 
 bool cann_supports_op(clm_device *dev, const clm_tensor *op) {
@@ -177,12 +180,30 @@ static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
     return CLM_OK;
 }
 
+/* The pre-pass of a graph that runs eagerly: each supported node's prepare hook, then the slots
+ * the plan asks for. Nothing here may run inside a capture (allocations, host copies). */
+static clm_status prepare_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
+    clm_status st = cann_consts_graph_prepare(ctx);
+    cann_prepare_plan plan = {0};
+    for (size_t i = 0; i < clm_graph_n_nodes(graph) && st == CLM_OK; i++) {
+        const clm_tensor *node = clm_graph_node(graph, i);
+        if (node->op <= 0 || node->op >= CLM_OP_COUNT) continue;
+        const op_entry *entry = &op_table[node->op];
+        if (entry->prepare != NULL && entry->supports(node)) st = entry->prepare(ctx, node, &plan);
+    }
+    return st != CLM_OK ? st : cann_consts_reserve_slots(ctx, plan.slot_bytes);
+}
+
+/* Replays of a captured graph skip the pre-pass: its constants exist (releasing one drops the
+ * captures) and the replay contains the per-graph rebuilds. */
 static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) {
     cann_backend_ctx *ctx = backend_ctx(backend);
     clm_status st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
-    if ((st = cann_nn_cache_prepare(ctx, graph)) != CLM_OK) return st;
-    if (ctx->graphs != NULL) return cann_graph_compute_captured(ctx, graph, run_nodes);   /* graph_capture.c */
+    if (ctx->graphs != NULL) {   /* graph_capture.c */
+        return cann_graph_compute_captured(ctx, graph, prepare_nodes, run_nodes);
+    }
+    if ((st = prepare_nodes(ctx, graph)) != CLM_OK) return st;
     return run_nodes(ctx, graph);
 }
 
@@ -233,4 +254,38 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
     *backend = (clm_backend){.iface = cann_backend_iface, .device = dev, .context = ctx};
     *out = backend;
     return CLM_OK;
+}
+
+/* ---- public entry points: statistics, pool test hooks ---------------------------------------- */
+static cann_backend_ctx *cann_ctx_of(clm_backend *backend) {
+    return cann_backend_is_cann(backend) ? backend_ctx(backend) : NULL;
+}
+
+clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
+    CLM_CHECK_ARG(out != NULL, "clm_cann_backend_stats: out is NULL");
+    cann_backend_ctx *ctx = cann_ctx_of(backend);
+    CLM_CHECK_ARG(ctx != NULL, "clm_cann_backend_stats: not a CANN backend");
+    *out = (clm_cann_stats){0};
+    ctx->pool->iface.stats(ctx->pool, out);
+    out->graph_captures = ctx->graph_captures;
+    out->graph_replays = ctx->graph_replays;
+    out->graph_cached = cann_graph_cache_size(ctx);
+    return CLM_OK;
+}
+
+clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size) {
+    CLM_CHECK_ARG(ptr != NULL && actual_size != NULL, "clm_cann_pool_alloc: NULL out pointer");
+    cann_backend_ctx *ctx = cann_ctx_of(backend);
+    CLM_CHECK_ARG(ctx != NULL, "clm_cann_pool_alloc: not a CANN backend");
+    CLM_CHECK_ARG(size > 0, "clm_cann_pool_alloc: size must be > 0");
+    clm_status st = cann_set_device(ctx->device);
+    return st != CLM_OK ? st : ctx->pool->iface.alloc(ctx->pool, size, ptr, actual_size);
+}
+
+clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size) {
+    cann_backend_ctx *ctx = cann_ctx_of(backend);
+    CLM_CHECK_ARG(ctx != NULL, "clm_cann_pool_free: not a CANN backend");
+    CLM_CHECK_ARG(ptr != NULL, "clm_cann_pool_free: NULL pointer");
+    clm_status st = cann_set_device(ctx->device);
+    return st != CLM_OK ? st : ctx->pool->iface.free(ctx->pool, ptr, size);
 }

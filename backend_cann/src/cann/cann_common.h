@@ -4,7 +4,7 @@
 #define CANN_COMMON_H
 
 #include "acl/acl.h"
-#include "cann/aclnn_api.h"
+#include "aclnn_api.h"   /* backend_cann/acl_host/include/aclnn_c */
 #include "core/clm_impl.h"
 
 #define CANN_MAX_DEVICES 16
@@ -50,8 +50,9 @@ struct cann_pool {
  * RULE for ops when graph capture is on (GGML_CANN_ACL_GRAPH, docs/memory_pools.md): inside
  * graph_compute, ops must not allocate device memory outside this pool, must not copy from the
  * host (aclrtMemcpy*, H2D) and must not synchronize: all of that fails during capture. Build
- * constant tables / caches in a pre-pass or at buffer set_tensor time. Temporaries come from
- * cann_temp_alloc, freed in LIFO order after the launches that use them. */
+ * constant tables / caches in the op's prepare hook (cann_consts.c) or at buffer set_tensor
+ * time. Temporaries come from cann_temp_alloc, freed in LIFO order after the launches that use
+ * them. */
 clm_status cann_pool_create(int device, aclrtStream stream, cann_pool **out);
 
 /* One temporary: alloc, use in launches, free (LIFO). */
@@ -70,7 +71,7 @@ typedef struct cann_backend_ctx {
     int64_t graph_captures;
     int64_t graph_replays;
     struct cann_graph_cache *graphs;   /* GGML_CANN_ACL_GRAPH: captured graphs (graph_capture.c) */
-    struct cann_nn_cache *nn;          /* RMS_NORM ones gamma, ROPE frequency / sin-cos caches (ops_rope.c) */
+    struct cann_consts *consts;        /* constant cache: ones gamma, tables, ROPE sin/cos (cann_consts.c) */
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -160,22 +161,43 @@ bool cann_supports_glu(const clm_tensor *op);
 clm_status cann_op_glu(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_argmax(const clm_tensor *op);
 clm_status cann_op_argmax(cann_backend_ctx *ctx, clm_tensor *dst);
-/* Per-backend constant caches of the nn ops (ops_rope.c). prepare, called by graph_compute before
- * any node (so before a capture), marks the sin/cos tables stale (the first ROPE of each graph
- * rebuilds them) and creates every constant the graph's nodes need (device allocations and host
- * copies happen here, never inside a capture); graph_begin only marks the sin/cos tables stale
- * (called again right before a capture, so the captured graph contains the rebuild); free
- * releases all. */
-clm_status cann_nn_cache_prepare(cann_backend_ctx *ctx, clm_graph *graph);
-void cann_nn_cache_graph_begin(cann_backend_ctx *ctx);
-void cann_nn_cache_free(cann_backend_ctx *ctx);
+/* ---- prepare hooks: the per-graph pre-pass ---------------------------------------------------
+ * graph_compute calls an op's prepare for each supported node of a graph that runs eagerly (an
+ * eager run, or a capture miss before it is recorded), never on a replay: it creates the
+ * constants the node's compute will ask for (device allocations and host copies happen here,
+ * never inside a capture) and adds what must be reserved for the whole graph to the plan. */
+typedef struct cann_prepare_plan {
+    size_t slot_bytes;   /* the largest per-graph slot (ROPE sin/cos) any node needs */
+} cann_prepare_plan;
+clm_status cann_prepare_rms_norm(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan);
+clm_status cann_prepare_rope(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan);
+clm_status cann_prepare_soft_max(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan);
+clm_status cann_prepare_flash_attn_ext(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan);
+
+/* ---- the constant cache (cann_consts.c) -------------------------------------------------------
+ * graph_prepare starts a pre-pass: it marks the per-graph slots stale (the first ROPE of each graph
+ * rebuilds its sin/cos); reserve_slots then grows every slot to the plan's size. graph_begin only
+ * marks the slots stale (called again right before a capture, so the captured graph contains the
+ * rebuild). free releases all (the capture cache is dropped before any device memory is). */
+clm_status cann_consts_graph_prepare(cann_backend_ctx *ctx);
+clm_status cann_consts_reserve_slots(cann_backend_ctx *ctx, size_t bytes);
+void cann_consts_graph_begin(cann_backend_ctx *ctx);
+void cann_consts_free(cann_backend_ctx *ctx);
 /* A persistent F32 device array of n ones (the RMS_NORM gamma), grown on demand. */
-clm_status cann_nn_ones(cann_backend_ctx *ctx, int64_t n, void **out);
-/* A persistent device copy of a small F32 host table (ALiBi slopes), cached by its contents. */
+clm_status cann_consts_ones(cann_backend_ctx *ctx, int64_t n, void **out);
+/* A persistent device copy of a small F32 host table (ROPE angle factors, ALiBi slopes), cached
+ * by its contents. */
 #define CANN_MAX_ALIBI_HEADS 1024
-clm_status cann_nn_table(cann_backend_ctx *ctx, const float *values, int64_t n, void **out);
+clm_status cann_consts_table(cann_backend_ctx *ctx, const float *values, int64_t n, void **out);
 /* ggml's ALiBi slopes for n_head heads, as such a table. */
-clm_status cann_nn_alibi_slopes(cann_backend_ctx *ctx, float max_bias, int64_t n_head, void **out);
+clm_status cann_consts_alibi_slopes(cann_backend_ctx *ctx, float max_bias, int64_t n_head, void **out);
+/* A per-graph slot of at least `bytes` for a key (compared bytewise: zero the padding). *fresh:
+ * it already holds this graph's contents for key; else the caller fills it and calls
+ * slot_built. */
+#define CANN_CONST_KEY_MAX 64
+clm_status cann_consts_slot(cann_backend_ctx *ctx, const void *key, size_t key_size, size_t bytes, void **out,
+                            bool *fresh);
+void cann_consts_slot_built(cann_backend_ctx *ctx, void *dev, const void *key, size_t key_size);
 
 /* ---- buffers (cann_buffer.c) ------------------------------------------------------------------ */
 void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev);
@@ -190,9 +212,11 @@ void cann_graph_cache_free(cann_backend_ctx *ctx);   /* stream idle */
  * captured graph may address outside the pool (op constant caches). */
 void cann_graph_cache_invalidate(cann_backend_ctx *ctx);
 int32_t cann_graph_cache_size(const cann_backend_ctx *ctx);
-/* Runs graph through the cache: replay on a hit; on a miss, run_eager then capture. */
-clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,
-                                       clm_status (*run_eager)(cann_backend_ctx *, clm_graph *));
+/* Runs graph through the cache: replay on a hit (no pre-pass); on a miss or an eager fallback,
+ * prepare (the ops' prepare hooks) then run_nodes; a miss then records run_nodes alone. */
+typedef clm_status (*cann_graph_fn)(cann_backend_ctx *ctx, clm_graph *graph);
+clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph, cann_graph_fn prepare,
+                                       cann_graph_fn run_nodes);
 
 /* ---- backend (cann_backend.c) ------------------------------------------------------------------ */
 clm_status cann_backend_init(clm_device *dev, clm_backend **out);

@@ -1,5 +1,6 @@
-/* cann_pool.c - the backend's temporary-memory pool: choosing the kind, the temporaries API the
- * ops use, and the public statistics / test entry points. The pools themselves are in
+/* cann_pool.c - the backend's temporary-memory pool: choosing the kind and the temporaries API
+ * the ops use (the public statistics / pool test entry points are in cann_backend.c, which owns
+ * the backend context and its counters). The pools themselves are in
  * pool_legacy.c (slot table) and pool_vmm.c (virtual range grown by mapping physical chunks);
  * docs/memory_pools.md describes both. */
 #include <stdlib.h>
@@ -29,38 +30,4 @@ clm_status cann_temp_alloc(cann_backend_ctx *ctx, size_t size, cann_temp *out) {
 void cann_temp_free(cann_temp *temp) {
     if (temp->ptr != NULL) temp->pool->iface.free(temp->pool, temp->ptr, temp->size);
     temp->ptr = NULL;
-}
-
-/* ---- public entry points ---------------------------------------------------------------------- */
-static cann_backend_ctx *cann_ctx_of(clm_backend *backend) {
-    return cann_backend_is_cann(backend) ? backend->context : NULL;
-}
-
-clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
-    CLM_CHECK_ARG(out != NULL, "clm_cann_backend_stats: out is NULL");
-    cann_backend_ctx *ctx = cann_ctx_of(backend);
-    CLM_CHECK_ARG(ctx != NULL, "clm_cann_backend_stats: not a CANN backend");
-    *out = (clm_cann_stats){0};
-    ctx->pool->iface.stats(ctx->pool, out);
-    out->graph_captures = ctx->graph_captures;
-    out->graph_replays = ctx->graph_replays;
-    out->graph_cached = cann_graph_cache_size(ctx);
-    return CLM_OK;
-}
-
-clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size) {
-    CLM_CHECK_ARG(ptr != NULL && actual_size != NULL, "clm_cann_pool_alloc: NULL out pointer");
-    cann_backend_ctx *ctx = cann_ctx_of(backend);
-    CLM_CHECK_ARG(ctx != NULL, "clm_cann_pool_alloc: not a CANN backend");
-    CLM_CHECK_ARG(size > 0, "clm_cann_pool_alloc: size must be > 0");
-    clm_status st = cann_set_device(ctx->device);
-    return st != CLM_OK ? st : ctx->pool->iface.alloc(ctx->pool, size, ptr, actual_size);
-}
-
-clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size) {
-    cann_backend_ctx *ctx = cann_ctx_of(backend);
-    CLM_CHECK_ARG(ctx != NULL, "clm_cann_pool_free: not a CANN backend");
-    CLM_CHECK_ARG(ptr != NULL, "clm_cann_pool_free: NULL pointer");
-    clm_status st = cann_set_device(ctx->device);
-    return st != CLM_OK ? st : ctx->pool->iface.free(ctx->pool, ptr, size);
 }

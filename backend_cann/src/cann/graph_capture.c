@@ -209,12 +209,19 @@ static void capture_failed(cann_backend_ctx *ctx, const char *why) {
     }
 }
 
-clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,
-                                       clm_status (*run_eager)(cann_backend_ctx *, clm_graph *)) {
+/* An eager run: the pre-pass, then the nodes. */
+static clm_status run_eager(cann_backend_ctx *ctx, clm_graph *graph, cann_graph_fn prepare,
+                            cann_graph_fn run_nodes) {
+    clm_status st = prepare(ctx, graph);
+    return st != CLM_OK ? st : run_nodes(ctx, graph);
+}
+
+clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph, cann_graph_fn prepare,
+                                       cann_graph_fn run_nodes) {
     struct cann_graph_cache *c = ctx->graphs;
     clm_cann_stats stats = {0};
     ctx->pool->iface.stats(ctx->pool, &stats);
-    if (c == NULL || c->disabled || stats.pool_in_use != 0) return run_eager(ctx, graph);
+    if (c == NULL || c->disabled || stats.pool_in_use != 0) return run_eager(ctx, graph, prepare, run_nodes);
 
     uint64_t hash = 0;
     clm_status st = build_key(c, graph, &hash);
@@ -222,14 +229,14 @@ clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,
     graph_entry *hit = cache_find(c, hash);
     if (hit != NULL) {
         hit->last_used = ++c->tick;
-        if (hit->ri == NULL) return run_eager(ctx, graph);
+        if (hit->ri == NULL) return run_eager(ctx, graph, prepare, run_nodes);
         CANN_ACL(aclmdlRIExecuteAsync(hit->ri, ctx->stream));
         ctx->graph_replays++;
         return CLM_OK;
     }
 
     /* Miss: compute eagerly (warming the pool), then record the same launches. */
-    if ((st = run_eager(ctx, graph)) != CLM_OK) return st;
+    if ((st = run_eager(ctx, graph, prepare, run_nodes)) != CLM_OK) return st;
     uint64_t *words = malloc(c->key_len * sizeof(*words));
     if (words == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "graph cache: out of host memory");
     memcpy(words, c->key, c->key_len * sizeof(*words));
@@ -240,7 +247,7 @@ clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,
     }
     *e = (graph_entry){.hash = hash, .words = words, .n_words = c->key_len, .ri = NULL, .last_used = ++c->tick};
 
-    cann_nn_cache_graph_begin(ctx);   /* per-graph caches recompute, so the capture records that work */
+    cann_consts_graph_begin(ctx);   /* per-graph slots recompute, so the capture records that work */
     aclError err = aclmdlRICaptureBegin(ctx->stream, ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL);
     if (err != ACL_SUCCESS) {
         const char *msg = aclGetRecentErrMsg();
@@ -252,7 +259,7 @@ clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph,
     }
     ctx->pool->capturing = true;
     clm_clear_error();
-    st = run_eager(ctx, graph);
+    st = run_nodes(ctx, graph);
     ctx->pool->capturing = false;
     char why[1024] = "";
     if (st != CLM_OK) snprintf(why, sizeof(why), "%s", clm_last_error());

@@ -13,7 +13,7 @@
  *                      A broadcast (B,1,1,S) attenMask is ignored past key 512 on hardware
  *                      (vllm-ascend #15503) while a full-head pse is exact there; -65504 + score
  *                      underflows exp() to 0 like -inf.
- * ALiBi slopes are ggml's, cached on the device by the pre-pass in ops_rope.c.
+ * ALiBi slopes are ggml's, in the constant cache (cann_consts.c), created by prepare.
  *
  * Declined (CPU fallback): logit softcap != 0 (FusedInferAttentionScore has none), K/V not F16 (quantized caches), K and V head dims that differ or are not a multiple of
  * 16 in [16, 512], attention sinks, masks that are not F16.
@@ -93,6 +93,16 @@ static bool bsnd_contiguous(const clm_tensor *q) {
 static aclTensor *bool_tensor(void *data, int64_t d0, int64_t d1, int64_t d2) {
     int64_t dims[3] = {d0, d1, d2}, strides[3] = {d1 * d2, d2, 1}, extent = d0 * d1 * d2;
     return aclCreateTensor(dims, 3, ACL_BOOL, strides, 0, ACL_FORMAT_ND, &extent, 1, data);
+}
+
+/* ALiBi: the slopes, before the graph runs. */
+clm_status cann_prepare_flash_attn_ext(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan) {
+    (void)plan;
+    float max_bias;
+    memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
+    if (node->src[3] == NULL || !(max_bias > 0.0f)) return CLM_OK;
+    void *unused = NULL;
+    return cann_consts_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
 }
 
 clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {
@@ -177,7 +187,7 @@ clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {
             if (hi != NULL) aclDestroyScalar(hi);
             if (st == CLM_OK && alibi) { /* pse = slope[h] * clamped mask */
                 void *slopes = NULL;
-                st = cann_nn_alibi_slopes(ctx, max_bias, n_head, &slopes);
+                st = cann_consts_alibi_slopes(ctx, max_bias, n_head, &slopes);
                 int64_t ne_s[4] = {1, 1, n_head, 1};
                 size_t nb_s[4] = {sizeof(float), sizeof(float), sizeof(float), sizeof(float) * (size_t)n_head};
                 aclTensor *acl_slopes =

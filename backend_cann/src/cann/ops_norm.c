@@ -1,5 +1,5 @@
 /* ops_norm.c - RMS_NORM over ne0 via aclnnRmsNorm with a cached F32 ones gamma [ne0] (kept on the
- * backend, see ops_rope.c) and the required rstd output in a pool temporary [1, ne1, ne2, ne3]. */
+ * backend, cann_consts.c, created by prepare) and the required rstd output in a pool temporary [1, ne1, ne2, ne3]. */
 #include <string.h>
 
 #include "cann/cann_common.h"
@@ -14,12 +14,18 @@ bool cann_supports_rms_norm(const clm_tensor *op) {
            src->nb[0] == clm_type_size(src->type) && op->nb[0] == clm_type_size(op->type);
 }
 
+clm_status cann_prepare_rms_norm(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan) {
+    (void)plan;
+    void *unused = NULL;
+    return cann_consts_ones(ctx, node->src[0]->ne[0], &unused);
+}
+
 clm_status cann_op_rms_norm(cann_backend_ctx *ctx, clm_tensor *dst) {
     const clm_tensor *src = dst->src[0];
     float eps;
     memcpy(&eps, &dst->op_params[0], sizeof(eps));
     void *gamma_data = NULL;
-    clm_status st = cann_nn_ones(ctx, src->ne[0], &gamma_data);
+    clm_status st = cann_consts_ones(ctx, src->ne[0], &gamma_data);
     if (st != CLM_OK) return st;
     int64_t n_rows = src->ne[1] * src->ne[2] * src->ne[3];
     cann_temp rstd_mem;

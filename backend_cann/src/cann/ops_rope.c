@@ -1,5 +1,5 @@
 /* ops_rope.c - ROPE (ggml's rope_ext: normal and neox, partial rotation, freq_base / freq_scale,
- * YaRN, freq_factors) composed from aclnn elementwise ops, and the backend's constant caches.
+ * YaRN, freq_factors) composed from aclnn elementwise ops.
  *
  * Angles: ggml rotates pair k (k < n_dims/2) of a token at position p by
  *     theta_k = p * base^(-2k/n_dims) / ff_k * g_k,  g_k = freq_scale * (1 - r_k) + r_k,
@@ -9,8 +9,10 @@
  * The per-pair factor base^(-2k/n_dims) * g_k depends only on the parameters: it is computed on
  * the host once and kept on the device. The cos / sin tables [n_dims/2, n_tokens] are built on
  * the device (Cast positions, Mul, Div by freq_factors, Sin, Cos, Muls) by the first ROPE of each
- * graph and reused by every later ROPE node with the same positions and parameters; the cache
- * goes stale at the start of each graph_compute, so a captured graph contains the rebuild.
+ * graph into a per-graph slot of the constant cache (cann_consts.c) and reused by every later ROPE
+ * node with the same positions and parameters; the slots go stale at the start of each eager
+ * graph_compute, so a captured graph contains the rebuild. prepare (the pre-pass) creates the
+ * angle factors and reserves the slots before any capture.
  * Rotation: with x0 / x1 the pair members (normal: x[2k], x[2k+1]; neox: x[k], x[k+n_dims/2]),
  * viewed through strides, y0 = x0 cos - x1 sin and y1 = x0 sin + x1 cos (four aclnnMul into a
  * pool temporary, then two aclnnAdd into dst); dims past n_dims are copied unchanged.
@@ -21,15 +23,6 @@
 
 #include "cann/cann_common.h"
 
-#define NN_MAX_TABLES 16
-#define NN_MAX_ROPE 4
-
-typedef struct nn_table {
-    int64_t n;
-    float *host;   /* the values, to compare */
-    void *dev;
-} nn_table;
-
 typedef struct rope_key {
     const void *pos;
     const void *freq_factors;
@@ -37,126 +30,6 @@ typedef struct rope_key {
     int32_t n_dims, n_ctx_orig;
     float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
 } rope_key;
-
-typedef struct rope_entry {
-    rope_key key;
-    int64_t epoch;     /* graph in which cos / sin were built; stale otherwise */
-    void *dev;         /* cos [n_dims/2, n_pos] then sin, F32 */
-    size_t capacity;
-} rope_entry;
-
-struct cann_nn_cache {
-    void *ones;
-    int64_t n_ones;
-    nn_table tables[NN_MAX_TABLES];
-    int n_tables;
-    rope_entry rope[NN_MAX_ROPE];
-    int next_rope;     /* round-robin replacement */
-    int64_t epoch;
-};
-
-static clm_status nn_cache(cann_backend_ctx *ctx, struct cann_nn_cache **out) {
-    if (ctx->nn == NULL) {
-        ctx->nn = calloc(1, sizeof(*ctx->nn));
-        if (ctx->nn == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
-        ctx->nn->epoch = 1;
-    }
-    *out = ctx->nn;
-    return CLM_OK;
-}
-
-
-/* The stream is idle. Captured graphs may address these tables: drop them first. */
-static void free_tables(cann_backend_ctx *ctx, struct cann_nn_cache *c) {
-    cann_graph_cache_invalidate(ctx);
-    for (int i = 0; i < c->n_tables; i++) {
-        aclrtFree(c->tables[i].dev);
-        free(c->tables[i].host);
-    }
-    c->n_tables = 0;
-}
-
-void cann_nn_cache_free(cann_backend_ctx *ctx) {
-    struct cann_nn_cache *c = ctx->nn;
-    if (c == NULL) return;
-    aclrtSynchronizeStream(ctx->stream);
-    if (c->ones != NULL) aclrtFree(c->ones);
-    free_tables(ctx, c);
-    for (int i = 0; i < NN_MAX_ROPE; i++) {
-        if (c->rope[i].dev != NULL) aclrtFree(c->rope[i].dev);
-    }
-    aclGetRecentErrMsg();
-    free(c);
-    ctx->nn = NULL;
-}
-
-/* Device memory for a cache (queued work may still read what it replaces: drain first; captured
- * graphs may address it: drop them). */
-static clm_status replace_buffer(cann_backend_ctx *ctx, void **ptr, size_t size) {
-    if (*ptr != NULL) {
-        CANN_ACL(aclrtSynchronizeStream(ctx->stream));
-        cann_graph_cache_invalidate(ctx);
-        CANN_ACL(aclrtFree(*ptr));
-        *ptr = NULL;
-    }
-    CANN_ACL(aclrtMalloc(ptr, size, ACL_MEM_MALLOC_HUGE_FIRST));
-    return CLM_OK;
-}
-
-clm_status cann_nn_ones(cann_backend_ctx *ctx, int64_t n, void **out) {
-    struct cann_nn_cache *c = NULL;
-    clm_status st = nn_cache(ctx, &c);
-    if (st != CLM_OK) return st;
-    if (c->n_ones < n) {
-        int64_t len = n < 1024 ? 1024 : n;
-        float *host = malloc((size_t)len * sizeof(float));
-        if (host == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
-        for (int64_t i = 0; i < len; i++) host[i] = 1.0f;
-        c->n_ones = 0;
-        st = replace_buffer(ctx, &c->ones, (size_t)len * sizeof(float));
-        if (st == CLM_OK) {
-            aclError err = aclrtMemcpy(c->ones, (size_t)len * sizeof(float), host, (size_t)len * sizeof(float),
-                                       ACL_MEMCPY_HOST_TO_DEVICE);
-            if (err != ACL_SUCCESS) st = cann_acl_error(err, "aclrtMemcpy (ones)");
-            else c->n_ones = len;
-        }
-        free(host);
-        if (st != CLM_OK) return st;
-    }
-    *out = c->ones;
-    return CLM_OK;
-}
-
-clm_status cann_nn_table(cann_backend_ctx *ctx, const float *values, int64_t n, void **out) {
-    struct cann_nn_cache *c = NULL;
-    clm_status st = nn_cache(ctx, &c);
-    if (st != CLM_OK) return st;
-    size_t bytes = (size_t)n * sizeof(float);
-    for (int i = 0; i < c->n_tables; i++) {
-        if (c->tables[i].n == n && memcmp(c->tables[i].host, values, bytes) == 0) {
-            *out = c->tables[i].dev;
-            return CLM_OK;
-        }
-    }
-    if (c->n_tables == NN_MAX_TABLES) {
-        CANN_ACL(aclrtSynchronizeStream(ctx->stream));
-        free_tables(ctx, c);
-    }
-    nn_table *t = &c->tables[c->n_tables];
-    *t = (nn_table){.n = n, .host = malloc(bytes > 0 ? bytes : 1)};
-    if (t->host == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
-    memcpy(t->host, values, bytes);
-    aclError err = aclrtMalloc(&t->dev, bytes > 0 ? bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST);
-    if (err == ACL_SUCCESS) err = aclrtMemcpy(t->dev, bytes, values, bytes, ACL_MEMCPY_HOST_TO_DEVICE);
-    if (err != ACL_SUCCESS) {
-        if (t->dev != NULL) aclrtFree(t->dev);
-        free(t->host);
-        return cann_acl_error(err, "aclrtMalloc / aclrtMemcpy (constant table)");
-    }
-    c->n_tables++;
-    *out = t->dev;
-    return CLM_OK;
-}
 
 /* ---- ROPE ------------------------------------------------------------------------------------- */
 typedef struct rope_params {
@@ -222,7 +95,7 @@ static clm_status build_cos_sin(cann_backend_ctx *ctx, const clm_tensor *op, con
     if (factors == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
     angle_factors(p, factors, &mscale);
     void *factors_dev = NULL;
-    clm_status st = cann_nn_table(ctx, factors, half, &factors_dev);
+    clm_status st = cann_consts_table(ctx, factors, half, &factors_dev);
     free(factors);
     if (st != CLM_OK) return st;
     cann_temp pos_f;
@@ -264,37 +137,20 @@ done:
 
 /* The node's cos / sin tables: cached for this graph, else rebuilt. */
 static clm_status cos_sin(cann_backend_ctx *ctx, const clm_tensor *op, const rope_params *p, void **out) {
-    struct cann_nn_cache *c = NULL;
-    clm_status st = nn_cache(ctx, &c);
-    if (st != CLM_OK) return st;
     rope_key key;
-    memset(&key, 0, sizeof(key)); /* padding too: keys compare with memcmp */
+    memset(&key, 0, sizeof(key)); /* padding too: keys compare bytewise */
     key.pos = op->src[1]->data;
     key.freq_factors = op->src[2] != NULL ? op->src[2]->data : NULL;
     key.n_pos = op->src[1]->ne[0];
     key.n_dims = p->n_dims, key.n_ctx_orig = p->n_ctx_orig;
     key.freq_base = p->freq_base, key.freq_scale = p->freq_scale, key.ext_factor = p->ext_factor;
     key.attn_factor = p->attn_factor, key.beta_fast = p->beta_fast, key.beta_slow = p->beta_slow;
-    for (int i = 0; i < NN_MAX_ROPE; i++) {
-        rope_entry *e = &c->rope[i];
-        if (e->dev != NULL && e->epoch == c->epoch && memcmp(&e->key, &key, sizeof(key)) == 0) {
-            *out = e->dev;
-            return CLM_OK;
-        }
-    }
-    rope_entry *e = &c->rope[c->next_rope];
-    c->next_rope = (c->next_rope + 1) % NN_MAX_ROPE;
     size_t need = 2 * (size_t)(p->n_dims / 2) * (size_t)key.n_pos * sizeof(float);
-    e->epoch = 0;
-    if (e->capacity < need) {
-        e->capacity = 0;
-        if ((st = replace_buffer(ctx, &e->dev, need)) != CLM_OK) return st;
-        e->capacity = need;
-    }
-    if ((st = build_cos_sin(ctx, op, p, e->dev)) != CLM_OK) return st;
-    e->key = key;
-    e->epoch = c->epoch;
-    *out = e->dev;
+    bool fresh = false;
+    clm_status st = cann_consts_slot(ctx, &key, sizeof(key), need, out, &fresh);
+    if (st != CLM_OK || fresh) return st;
+    if ((st = build_cos_sin(ctx, op, p, *out)) != CLM_OK) return st;
+    cann_consts_slot_built(ctx, *out, &key, sizeof(key));
     return CLM_OK;
 }
 
@@ -361,70 +217,17 @@ done:
     return st;
 }
 
-/* ---- the per-graph pre-pass ------------------------------------------------------------------- */
-static float alibi_slope(float max_bias, int64_t n_head, int64_t h) {
-    int64_t n_head_log2 = 1;
-    while (n_head_log2 * 2 <= n_head) n_head_log2 *= 2;
-    float m0 = powf(2.0f, -(max_bias) / (float)n_head_log2);
-    float m1 = powf(2.0f, -(max_bias / 2.0f) / (float)n_head_log2);
-    return h < n_head_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_head_log2) + 1));
-}
-
-clm_status cann_nn_alibi_slopes(cann_backend_ctx *ctx, float max_bias, int64_t n_head, void **out) {
-    float table[CANN_MAX_ALIBI_HEADS];
-    if (n_head > CANN_MAX_ALIBI_HEADS) {
-        return clm_error(CLM_ERR_UNSUPPORTED, "ALiBi with %lld heads (at most %d)", (long long)n_head,
-                         CANN_MAX_ALIBI_HEADS);
-    }
-    for (int64_t h = 0; h < n_head; h++) table[h] = alibi_slope(max_bias, n_head, h);
-    return cann_nn_table(ctx, table, n_head, out);
-}
-
-/* Marks the sin/cos tables stale and creates every constant the graph's nodes will ask for (ones
- * gamma, angle factors, ALiBi slopes, sin/cos capacity) now, before a capture can begin: inside a
- * captured graph_compute no device allocation, host copy or synchronization may happen. */
-void cann_nn_cache_graph_begin(cann_backend_ctx *ctx) {
-    if (ctx->nn != NULL) ctx->nn->epoch++;
-}
-
-clm_status cann_nn_cache_prepare(cann_backend_ctx *ctx, clm_graph *graph) {
-    struct cann_nn_cache *c = NULL;
-    clm_status st = nn_cache(ctx, &c);
-    if (st != CLM_OK) return st;
-    c->epoch++;
-    size_t rope_need = 0;
-    for (size_t i = 0; i < clm_graph_n_nodes(graph) && st == CLM_OK; i++) {
-        const clm_tensor *node = clm_graph_node(graph, i);
-        void *unused = NULL;
-        if (node->op == CLM_OP_RMS_NORM && cann_supports_rms_norm(node)) {
-            st = cann_nn_ones(ctx, node->src[0]->ne[0], &unused);
-        } else if (node->op == CLM_OP_SOFT_MAX && node->src[1] != NULL && cann_supports_soft_max(node)) {
-            float max_bias;
-            memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
-            if (max_bias > 0.0f) st = cann_nn_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
-        } else if (node->op == CLM_OP_FLASH_ATTN_EXT && node->src[3] != NULL && cann_supports_flash_attn_ext(node)) {
-            float max_bias;
-            memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
-            if (max_bias > 0.0f) st = cann_nn_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
-        } else if (node->op == CLM_OP_ROPE && cann_supports_rope(node)) {
-            rope_params p = read_params(node);
-            int64_t half = p.n_dims / 2;
-            float *factors = malloc((size_t)half * sizeof(float)), mscale;
-            if (factors == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
-            angle_factors(&p, factors, &mscale);
-            st = cann_nn_table(ctx, factors, half, &unused);
-            free(factors);
-            size_t need = 2 * (size_t)half * (size_t)node->src[1]->ne[0] * sizeof(float);
-            if (need > rope_need) rope_need = need;
-        }
-    }
-    for (int i = 0; i < NN_MAX_ROPE && st == CLM_OK && rope_need > 0; i++) {
-        rope_entry *e = &c->rope[i];
-        if (e->capacity < rope_need) {
-            e->capacity = 0;
-            e->epoch = 0;
-            if ((st = replace_buffer(ctx, &e->dev, rope_need)) == CLM_OK) e->capacity = rope_need;
-        }
-    }
+/* The pre-pass: the angle factors table now, and a sin/cos slot for the node's positions. */
+clm_status cann_prepare_rope(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan) {
+    rope_params p = read_params(node);
+    int64_t half = p.n_dims / 2;
+    float *factors = malloc((size_t)half * sizeof(float)), mscale;
+    if (factors == NULL) return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    angle_factors(&p, factors, &mscale);
+    void *unused = NULL;
+    clm_status st = cann_consts_table(ctx, factors, half, &unused);
+    free(factors);
+    size_t need = 2 * (size_t)half * (size_t)node->src[1]->ne[0] * sizeof(float);
+    if (need > plan->slot_bytes) plan->slot_bytes = need;
     return st;
 }

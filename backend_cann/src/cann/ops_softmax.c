@@ -3,7 +3,7 @@
  * x * scale goes into an F32 pool temporary (aclnnMuls); the mask (F16/F32, its first ne1 rows,
  * tiled over heads and sequences as ggml does: mask dim i indexed by i % mask->ne[i]) is added with
  * aclnnAdd, or, with ALiBi (max_bias > 0), first multiplied by the per-head slopes (a small F32
- * table kept on the backend, ops_rope.c) with aclnnMul; then aclnnSoftmax over ne0 into dst.
+ * table in the constant cache, cann_consts.c, created by prepare) with aclnnMul; then aclnnSoftmax over ne0 into dst.
  * -inf in the mask gives 0 probabilities (a row of -inf gives NaN, as ggml). */
 #include <string.h>
 
@@ -19,6 +19,16 @@ bool cann_supports_soft_max(const clm_tensor *op) {
         if (x->ne[2] % mask->ne[2] != 0 || x->ne[3] % mask->ne[3] != 0) return false;
     }
     return true;
+}
+
+/* ALiBi: the slopes, before the graph runs. */
+clm_status cann_prepare_soft_max(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan) {
+    (void)plan;
+    float max_bias;
+    memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
+    if (node->src[1] == NULL || !(max_bias > 0.0f)) return CLM_OK;
+    void *unused = NULL;
+    return cann_consts_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
 }
 
 clm_status cann_op_soft_max(cann_backend_ctx *ctx, clm_tensor *dst) {
@@ -89,7 +99,7 @@ clm_status cann_op_soft_max(cann_backend_ctx *ctx, clm_tensor *dst) {
         }
         if (max_bias > 0.0f) {
             void *slopes = NULL;
-            if ((st = cann_nn_alibi_slopes(ctx, max_bias, x->ne[2], &slopes)) != CLM_OK) goto done;
+            if ((st = cann_consts_alibi_slopes(ctx, max_bias, x->ne[2], &slopes)) != CLM_OK) goto done;
             /* bias = mask * slopes in their broadcast shape (contiguous), added to the logits */
             int64_t ne_b[8];
             size_t nb_b[8], bias_bytes = sizeof(float);

@@ -3,7 +3,9 @@
  * CANN's own aclnn headers (aclnn/acl_meta.h, aclnnop/aclnn_*.h) are C++ only, so a C project
  * declares what it uses itself. Every prototype here is copied exactly from the CANN 8.1.RC1
  * headers; scripts/check_headers.sh compiles this file together with the real headers so any
- * drift is a compile error. acl_host implements every function declared here.
+ * drift is a compile error. acl_host implements every function declared here. They live beside
+ * acl_host's acl/ headers (this directory is on the include path of the backend in both builds,
+ * and of acl_host): the runtime API a C caller sees.
  */
 #ifndef CANN_LLM_ACLNN_API_H
 #define CANN_LLM_ACLNN_API_H
