@@ -294,8 +294,13 @@ class BufferType:
     def __eq__(self, other):
         return isinstance(other, BufferType) and self._ptr == other._ptr
 
+    @property
+    def id(self) -> int:
+        """An integer identity (the C pointer), as Tensor.buffer_type_id gives."""
+        return int(ffi.cast("uintptr_t", self._ptr))
+
     def __hash__(self):
-        return hash(int(ffi.cast("uintptr_t", self._ptr)))
+        return self.id
 
 
 class Buffer(_Owned):
@@ -492,21 +497,62 @@ class Context(_Owned):
     def alloc_tensors(self, buffer_type: BufferType) -> Buffer:
         """Place every unplaced tensor of this context in one new buffer (views share their
         source's memory); the tensors keep the buffer alive."""
-        tensors = self.tensors
-        alignment = max(buffer_type.alignment, 1)
-        offsets, total = {}, 0
-        for tensor in tensors:
-            if tensor.c.view_src == ffi.NULL and tensor.c.data == ffi.NULL:
-                offsets[tensor.address] = total
-                size = buffer_type.alloc_size(tensor)
-                total += (size + alignment - 1) // alignment * alignment
+        return alloc_tensors(self.tensors, buffer_type)[0]
+
+
+def layout_tensors(tensors, buffer_type: BufferType, *, guard: int = 0,
+                   max_size: int | None = None) -> list[tuple[list[tuple["Tensor", int, int]], int]]:
+    """Where alloc_tensors puts the unplaced base tensors (no view source, no data) of `tensors`,
+    in order, as ggml-alloc's ggml_backend_alloc_ctx_tensors_from_buft: aligned offsets, with
+    `guard` bytes (rounded up to the alignment) before and after each tensor; a new buffer starts
+    where the next tensor would pass `max_size`. -> [(entries (tensor, offset, size), total)]."""
+    alignment = max(buffer_type.alignment, 1)
+    guard = (guard + alignment - 1) // alignment * alignment
+    limit = max_size or (1 << 62)
+    batches, batch, total = [], [], guard
+    for tensor in tensors:
+        if tensor.is_view or tensor.has_data:
+            continue
+        size = buffer_type.alloc_size(tensor)
+        step = (size + alignment - 1) // alignment * alignment + guard
+        if batch and total + step > limit:
+            batches.append((batch, total))
+            batch, total = [], guard
+        batch.append((tensor, total, size))
+        total += step
+    batches.append((batch, total))
+    return batches
+
+
+def place_tensors(tensors, entries, buffer: Buffer) -> None:
+    """Place layout entries (tensor, offset, size) in `buffer`, then give the unplaced views
+    among `tensors` whose source now has memory their addresses (ggml_backend_view_init)."""
+    for tensor, offset, _ in entries:
+        tensor.alloc(buffer, offset)
+    for tensor in tensors:
+        if tensor.is_view and not tensor.has_data and tensor.view_src.has_data:
+            tensor.view_init(buffer)
+
+
+def alloc_tensors(tensors, buffer_type: BufferType, *, max_size: int | None = None,
+                  usage: int | None = None) -> list[Buffer]:
+    """The one placement helper (ggml_backend_alloc_ctx_tensors): the unplaced tensors of
+    `tensors` in new aligned buffers of `buffer_type`, one unless `max_size` splits them; views
+    share their source's memory. The tensors keep their buffers alive."""
+    tensors = list(tensors)
+    alignment = max(buffer_type.alignment, 1)
+    buffers = []
+    for entries, total in layout_tensors(tensors, buffer_type, max_size=max_size):
         buffer = buffer_type.alloc_buffer(max(total, alignment))
-        for tensor in tensors:
-            if tensor.address in offsets:
-                tensor.alloc(buffer, offsets[tensor.address])
-            elif tensor.c.view_src != ffi.NULL and tensor.c.data == ffi.NULL:
-                tensor.view_init(buffer)
-        return buffer
+        if usage is not None:
+            buffer.usage = usage
+        buffers.append(buffer)
+        place_tensors([], entries, buffer)
+    for tensor in tensors:
+        if tensor.is_view and not tensor.has_data:
+            base = tensor.view_src
+            tensor.view_init(next((b for b in buffers if base.in_buffer(b)), buffers[-1]))
+    return buffers
 
 
 class Tensor:
@@ -624,6 +670,95 @@ class Tensor:
 
     def copy_to(self, dst: "Tensor") -> None:
         check(lib.clm_tensor_copy(self.c, dst.c), "clm_tensor_copy")
+
+    # graph structure: sources, op_params, flags (what the scheduler and the reference need)
+    @property
+    def sources(self) -> list["Tensor | None"]:
+        """src with None for absent entries up to the last present one."""
+        ctx = self._ctx
+        srcs = [None if s == ffi.NULL else Tensor(ctx, s) for s in self.c.src]
+        while srcs and srcs[-1] is None:
+            srcs.pop()
+        return srcs
+
+    @property
+    def n_src_slots(self) -> int:
+        return len(self.c.src)
+
+    def set_src(self, index: int, tensor: "Tensor") -> None:
+        """Rewire source `index` (the scheduler's copies and aliases)."""
+        self.c.src[index] = tensor.c
+
+    @property
+    def op_params(self) -> np.ndarray:
+        """The op's parameters as int32 words (view as float32 for float parameters)."""
+        return np.frombuffer(ffi.buffer(self.c.op_params), dtype=np.int32).copy()
+
+    def op_param(self, index: int) -> int:
+        return int(self.c.op_params[index])
+
+    @property
+    def op_params_bytes(self) -> bytes:
+        return bytes(ffi.buffer(self.c.op_params))
+
+    @property
+    def flags(self) -> int:
+        return int(self.c.flags)
+
+    def mark_input(self) -> "Tensor":
+        """ggml_set_input: the graph's caller writes this tensor."""
+        self.c.flags |= int(TensorFlag.INPUT)
+        return self
+
+    def mark_output(self) -> "Tensor":
+        """ggml_set_output: the graph's caller reads this tensor."""
+        self.c.flags |= int(TensorFlag.OUTPUT)
+        return self
+
+    # storage: views, data, buffer
+    is_view = property(lambda self: self.c.view_src != ffi.NULL)
+    has_data = property(lambda self: self.c.data != ffi.NULL)
+    view_offs = property(lambda self: int(self.c.view_offs))
+
+    @property
+    def view_src(self) -> "Tensor | None":
+        base = self.c.view_src
+        return None if base == ffi.NULL else Tensor(self._ctx, base)
+
+    @property
+    def storage(self) -> "Tensor":
+        """The tensor whose memory this one lies in (its view source, or itself)."""
+        base = self.c.view_src
+        return self if base == ffi.NULL else Tensor(self._ctx, base)
+
+    @property
+    def buffer_type_id(self) -> int | None:
+        """The identity (BufferType.id) of the buffer type this placed tensor lies in, or None."""
+        c = self.c
+        if c.buffer == ffi.NULL or c.data == ffi.NULL:
+            return None
+        return int(ffi.cast("uintptr_t", lib.clm_buffer_buft(c.buffer)))
+
+    @property
+    def buffer_usage(self) -> int | None:
+        """The BufferUsage of the buffer this tensor lies in, None when it has none."""
+        buf = self.c.buffer
+        return None if buf == ffi.NULL else BufferUsage(lib.clm_buffer_get_usage(buf))
+
+    def in_buffer(self, buffer: Buffer) -> bool:
+        return self.c.buffer == buffer._handle()
+
+    def set_strides(self, nb) -> None:
+        """Set nb (bytes, ggml order): an alias standing for a strided view."""
+        c = self.c
+        for d, n in enumerate(nb):
+            c.nb[d] = n
+
+    def alias_storage(self, address: int, like: "Tensor") -> None:
+        """Point this (unplaced) tensor at `address`, inside the buffer `like` lies in."""
+        c = self.c
+        c.data = ffi.cast("void *", address)
+        c.buffer = like.c.buffer
 
     def __eq__(self, other):
         return isinstance(other, Tensor) and self._ptr == other._ptr

@@ -175,16 +175,9 @@ class KVCache:
 
 
 def _alloc_group(buft: be.BufferType, tensors) -> be.Buffer:
-    alignment = max(buft.alignment, 1)
-    offsets, total = [], 0
-    for t in tensors:
-        offsets.append(total)
-        total += (buft.alloc_size(t) + alignment - 1) // alignment * alignment
     try:
-        buf = buft.alloc_buffer(max(total, alignment))
+        return be.alloc_tensors(tensors, buft)[0]
     except be.CannError as exc:
+        total = sum(t for _, t in be.layout_tensors(tensors, buft))
         raise MemoryError(f"cannot allocate the KV cache ({total / 2**20:.1f} MiB on "
                           f"{buft.name}): {exc}; use a smaller n_ctx") from None
-    for t, off in zip(tensors, offsets):
-        t.alloc(buf, off)
-    return buf

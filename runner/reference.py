@@ -77,7 +77,7 @@ def np_shape(tensor: Tensor) -> tuple:
 
 
 def params_i32(tensor: Tensor) -> np.ndarray:
-    return np.array(list(tensor.c.op_params), dtype=np.int32)
+    return tensor.op_params
 
 
 def params_f32(tensor: Tensor) -> np.ndarray:
@@ -86,13 +86,11 @@ def params_f32(tensor: Tensor) -> np.ndarray:
 
 def storage_of(tensor: Tensor) -> Tensor:
     """The tensor whose memory `tensor` lies in (its view_src, or itself)."""
-    from .backend import ffi
-    base = tensor.c.view_src
-    return tensor if base == ffi.NULL else Tensor(tensor._ctx, base)
+    return tensor.storage
 
 
 def view_offset(tensor: Tensor) -> int:
-    return int(tensor.c.view_offs)
+    return tensor.view_offs
 
 
 def storage_bytes(tensor: Tensor) -> int:
@@ -460,8 +458,4 @@ def evaluate(graph, leaf_values: dict, memory: Memory | None = None) -> dict:
 
 def _sources(node: Tensor) -> list:
     """node.src with None for absent entries up to the last present one."""
-    from .backend import ffi
-    srcs = [None if s == ffi.NULL else Tensor(node._ctx, s) for s in node.c.src]
-    while srcs and srcs[-1] is None:
-        srcs.pop()
-    return srcs
+    return node.sources

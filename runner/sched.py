@@ -17,7 +17,7 @@ import numpy as np
 
 from . import backend as be
 from . import reference as ref
-from .backend import Op, ffi, lib
+from .backend import Op
 
 _VIEW_OPS = ref.VIEW_OPS
 
@@ -67,27 +67,21 @@ class CPUSlot:
 
 
 def _root(t: be.Tensor) -> be.Tensor:
-    return t if t.c.view_src == ffi.NULL else be.Tensor(t._ctx, t.c.view_src)
+    return t.storage
 
 
-def _buffer_buft(t: be.Tensor):
-    """The clm_buffer_type * a pre-allocated tensor lies in, or None."""
-    buf = t.c.buffer
-    if buf == ffi.NULL or t.c.data == ffi.NULL:
-        return None
-    return lib.clm_buffer_buft(buf)
+def _buffer_buft(t: be.Tensor) -> int | None:
+    """The BufferType.id of the buffer a pre-allocated tensor lies in, or None."""
+    return t.buffer_type_id
 
 
 def _raw(root: be.Tensor) -> np.ndarray:
     """A root tensor's bytes (ggml layout, synchronous read)."""
-    raw = np.empty(root.nbytes, dtype=np.uint8)
-    be.check(lib.clm_tensor_get(root.c, ffi.from_buffer(raw), 0, raw.nbytes), "clm_tensor_get")
-    return raw
+    return root.read_bytes(0, root.nbytes)
 
 
 def _is_weights(t: be.Tensor) -> bool:
-    buf = t.c.buffer
-    return buf != ffi.NULL and lib.clm_buffer_get_usage(buf) == be.BufferUsage.WEIGHTS
+    return t.buffer_usage == be.BufferUsage.WEIGHTS
 
 
 # ---- the allocator ------------------------------------------------------------------------------
@@ -155,7 +149,7 @@ class Scheduler:
         self.cpu = len(self.slots) - 1
         self._by_buft = {}
         for i, s in enumerate(self.slots[:-1]):
-            self._by_buft[int(ffi.cast("uintptr_t", s.buffer_type._ptr))] = i
+            self._by_buft[s.buffer_type.id] = i
         self.buffers: dict[int, be.Buffer] = {}     # slot -> compute buffer
         self.generation = 0                         # bumped when a compute buffer is replaced
         self.weight_cache: dict[int, np.ndarray] = {}  # CPU: bytes of weights read once
@@ -164,7 +158,7 @@ class Scheduler:
         buft = _buffer_buft(t)
         if buft is None:
             return None
-        return self._by_buft.get(int(ffi.cast("uintptr_t", buft)), self.cpu)
+        return self._by_buft.get(buft, self.cpu)
 
     def reserve(self, slot: int, size: int) -> None:
         """Grow slot's compute buffer to `size` bytes (plans placed in the old one become stale)."""
@@ -232,7 +226,7 @@ class Plan:
         # pass 1: nodes on pre-allocated tensors: writes into them (SET_ROWS, CPY) and views of
         # them go where the memory is; ops with a weight operand go to the weight's device
         for i, n in enumerate(nodes):
-            if n.c.view_src != ffi.NULL:
+            if n.is_view:
                 s = pinned(n)
                 if s is not None:
                     assign[i] = s
@@ -322,11 +316,9 @@ class Plan:
             if sched.slots[sp.slot].is_cpu:
                 continue
             for n in sp.nodes:
-                for si in range(len(n.c.src)):
-                    sp_ptr = n.c.src[si]
-                    if sp_ptr == ffi.NULL:
+                for si, src in enumerate(n.sources):
+                    if src is None:
                         continue
-                    src = be.Tensor(n._ctx, sp_ptr)
                     root = _root(src)
                     where = self.split_of.get(root.address)
                     if where == k:
@@ -364,11 +356,10 @@ class Plan:
                         else:
                             alias = self.ctx.new_tensor(src.type, src.ne)
                             alias.name = src.name[:60] + "#a"
-                            for d in range(4):
-                                alias.c.nb[d] = src.c.nb[d]
+                            alias.set_strides(src.nb)
                             self.aliases.append((alias, src, root, base))
                             alias_of[akey] = alias
-                    n.c.src[si] = alias_of[akey].c
+                    n.set_src(si, alias_of[akey])
         # CPU inputs are written straight into its memory; note which inputs the CPU reads
         self.cpu_inputs = set()
         for k, sp in enumerate(self.splits):
@@ -387,9 +378,9 @@ class Plan:
         events = []       # (time, kind 0 = alloc / 1 = free, slot, tensor)
         for i, n in enumerate(nodes):
             s = self.assign[i]
-            if sched.slots[s].is_cpu or n.op in _VIEW_OPS or n.c.view_src != ffi.NULL:
+            if sched.slots[s].is_cpu or n.op in _VIEW_OPS or n.is_view:
                 continue
-            if n.c.data != ffi.NULL:
+            if n.has_data:
                 continue
             events.append((4 * i, 0, s, n))
             if n.address not in keep:
@@ -422,18 +413,16 @@ class Plan:
             t.alloc(sched.buffers[slot], off)
         # views of allocated memory get their addresses (ggml_backend_view_init)
         for i, n in enumerate(nodes):
-            if n.c.view_src != ffi.NULL and n.c.data == ffi.NULL \
-                    and n.c.view_src.data != ffi.NULL:
+            if n.is_view and not n.has_data and n.view_src.has_data:
                 n.view_init()
         for alias, src, root, base in self.aliases:
             if base.address == root.address:
-                addr, buf = src.data, src.c.buffer
+                addr, like = src.data, src
             else:
-                addr, buf = base.data + int(src.c.view_offs), base.c.buffer
+                addr, like = base.data + src.view_offs, base
             if addr == 0:
                 raise SchedError(f"{src.name!r} has no memory to alias")
-            alias.c.data = ffi.cast("void *", addr)
-            alias.c.buffer = buf
+            alias.alias_storage(addr, like)
 
     def _build_split_graphs(self):
         for sp in self.splits:
@@ -527,19 +516,17 @@ class Plan:
                     srcs.append(None)
                     continue
                 root = _root(src)
-                if root.address not in mem.raw and root.c.data != ffi.NULL:
+                if root.address not in mem.raw and root.has_data:
                     self._fetch(root, mem)
                 srcs.append(mem.read(src))
-            if n.c.view_src != ffi.NULL:      # SET_ROWS / CPY into a pre-allocated tensor
+            if n.is_view:      # SET_ROWS / CPY into a pre-allocated tensor
                 root = _root(n)
-                if root.address not in self.index and root.c.data != ffi.NULL:
+                if root.address not in self.index and root.has_data:
                     self._fetch(root, mem)
                     written[root.address] = root
             mem.write(n, ref.compute_node(n, srcs))
         for addr, root in written.items():   # write the state back where it lives
-            raw = mem.raw[addr]
-            be.check(lib.clm_tensor_set(root.c, ffi.from_buffer(raw), 0, raw.nbytes),
-                     "clm_tensor_set")
+            root.write_bytes(mem.raw[addr])
 
     def _show(self, sp: Split, mem, callback) -> bool:
         info = _wants_info(callback)
@@ -608,7 +595,7 @@ def _wants_info(callback) -> bool:
 
 def _display_name(t: be.Tensor) -> str:
     """A tensor's name; an unnamed view as llama.cpp shows it: 'Qcur-0 (permuted)'."""
-    if t.name or t.c.view_src == ffi.NULL:
+    if t.name or not t.is_view:
         return t.name
     kind = {Op.PERMUTE: "permuted", Op.RESHAPE: "reshaped", Op.TRANSPOSE: "transposed"}
     return f"{_root(t).name} ({kind.get(t.op, 'view')})"
@@ -644,7 +631,7 @@ class EvalNode:
                 continue
             if self._mem is not None:
                 root = _root(s)
-                if root.address not in self._mem.raw and root.c.data != ffi.NULL:
+                if root.address not in self._mem.raw and root.has_data:
                     self.plan._fetch(root, self._mem)
                 raw = self._mem.bytes_of(s)
             else:
@@ -663,6 +650,5 @@ class EvalNode:
             root = _root(n)
             raw = _raw(root)
             ref.write(raw, n, values)
-            be.check(lib.clm_tensor_set(root.c, ffi.from_buffer(raw), 0, raw.nbytes),
-                     "clm_tensor_set")
+            root.write_bytes(raw)
         self.data = np.asarray(ref.round_to(n.type, values)).reshape(self.shape)

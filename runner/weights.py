@@ -119,27 +119,14 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert):
         groups.setdefault(buft, []).append(tensor)
     buffers = []
     for buft, members in groups.items():
-        alignment = max(buft.alignment, 1)
-        max_size = buft.max_size or (1 << 62)
-        batches, batch, total = [], [], 0
-        for tensor in members:
-            size = (buft.alloc_size(tensor) + alignment - 1) // alignment * alignment
-            if batch and total + size > max_size:
-                batches.append((batch, total))
-                batch, total = [], 0
-            batch.append((tensor, total))
-            total += size
-        batches.append((batch, total))
-        for batch, total in batches:
-            try:
-                buffer = buft.alloc_buffer(max(total, alignment))
-            except backend.CannError as exc:
-                raise backend.CannError(exc.status, f"cannot allocate {total / 2**20:.1f} MiB of "
-                                        f"weights in {buft.name}: {exc.message}") from None
-            buffer.usage = backend.BufferUsage.WEIGHTS
-            buffers.append(buffer)
-            for tensor, offset in batch:
-                tensor.alloc(buffer, offset)
+        try:
+            buffers += backend.alloc_tensors(members, buft, max_size=buft.max_size,
+                                             usage=backend.BufferUsage.WEIGHTS)
+        except backend.CannError as exc:
+            total = max(t for _, t in backend.layout_tensors(members, buft,
+                                                             max_size=buft.max_size))
+            raise backend.CannError(exc.status, f"cannot allocate {total / 2**20:.1f} MiB of "
+                                    f"weights in {buft.name}: {exc.message}") from None
     return tensors, buffers
 
 

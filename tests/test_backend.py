@@ -391,3 +391,58 @@ def test_acl_wrong_memcpy_kind_is_an_error(acl):
         assert lib.aclrtMemcpy(device_ptr[0], 64, host, 128, ACL_MEMCPY_HOST_TO_DEVICE) != 0
     finally:
         assert lib.aclrtFree(device_ptr[0]) == ACL_SUCCESS
+
+
+def test_alloc_tensors_places_aligned_and_splits_past_max_size(clm, device):
+    """The one placement helper (ggml_backend_alloc_ctx_tensors): aligned offsets in order,
+    guards on both sides, a new buffer where the next tensor would pass max_size, views placed
+    in their source's buffer."""
+    buft = device.buffer_type
+    align = buft.alignment
+    with clm.Context() as ctx:
+        ts = [ctx.new_tensor(clm.TensorType.F32, (n,), name=f"t{n}") for n in (3, 100, 5)]
+        view = ctx.reshape(ts[1], (10, 10))
+        sizes = [(buft.alloc_size(t) + align - 1) // align * align for t in ts]
+        [(entries, total)] = clm.layout_tensors(ctx.tensors, buft)
+        assert [(t, off) for t, off, _ in entries] == [(ts[0], 0), (ts[1], sizes[0]),
+                                                      (ts[2], sizes[0] + sizes[1])]
+        assert total == sum(sizes)
+        [(guarded, g_total)] = clm.layout_tensors(ctx.tensors, buft, guard=1)
+        assert [off for _, off, _ in guarded] == [align, 2 * align + sizes[0],
+                                                  3 * align + sizes[0] + sizes[1]]
+        assert g_total == 4 * align + sum(sizes)
+        buffers = clm.alloc_tensors(ctx.tensors, buft, max_size=sizes[0] + sizes[1],
+                                    usage=clm.BufferUsage.WEIGHTS)
+        assert len(buffers) == 2
+        assert [b.usage for b in buffers] == [clm.BufferUsage.WEIGHTS] * 2
+        assert ts[0].in_buffer(buffers[0]) and ts[1].in_buffer(buffers[0])
+        assert ts[2].in_buffer(buffers[1]) and view.in_buffer(buffers[0])
+        assert view.data == ts[1].data == buffers[0].base + sizes[0]
+        assert ts[1].buffer_usage == clm.BufferUsage.WEIGHTS
+        assert ts[1].buffer_type_id == buft.id
+        for b in buffers:
+            b.close()
+
+
+def test_tensor_graph_accessors(clm):
+    """What the scheduler and the reference read and rewire, without touching C structs."""
+    with clm.Context() as ctx:
+        a = ctx.new_tensor(clm.TensorType.F32, (4, 2), name="a").mark_input()
+        b = ctx.new_tensor(clm.TensorType.F32, (4, 2), name="b")
+        s = ctx.scale(ctx.add(a, b), 2.0, 0.5).mark_output()
+        assert a.flags & clm.TensorFlag.INPUT and s.flags & clm.TensorFlag.OUTPUT
+        assert list(s.op_params.view(np.float32)[:2]) == [2.0, 0.5]
+        assert s.op_params_bytes[:8] == np.float32([2.0, 0.5]).tobytes()
+        view = ctx.view_4d(b, (2, 2, 1, 1), (16, 32, 32), offset=8)
+        assert view.is_view and view.storage == b and view.view_src == b and view.view_offs == 8
+        assert not b.is_view and b.storage == b and b.view_src is None and not b.has_data
+        soft = ctx.soft_max_ext(a, None)
+        assert soft.sources == [a]
+        add = s.sources[0]
+        assert add.sources == [a, b]
+        add.set_src(1, a)
+        assert add.sources == [a, a]
+        alias = ctx.new_tensor(clm.TensorType.F32, (2, 2))
+        alias.set_strides(view.nb)
+        assert alias.nb == view.nb
+        assert a.buffer_usage is None and a.buffer_type_id is None

@@ -33,9 +33,8 @@ class ForwardGraph:
 
 
 def _input(ctx, ttype, ne, name):
-    from .. import backend as be
     t = ctx.new_tensor(ttype, ne, name=name)
-    t.c.flags |= int(be.TensorFlag.INPUT)
+    t.mark_input()
     return t
 
 
@@ -142,7 +141,7 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
     cur = name(ctx.mul(cur, w[tn("output_norm")]), "result_norm")
     out_w = w.get(tn("output")) or w[tn("token_embd")]
     logits = name(ctx.mul_mat(out_w, cur), "result_output")
-    logits.c.flags |= int(be.TensorFlag.OUTPUT)
+    logits.mark_output()
     graph.build_forward(logits)
     inputs = {"inp_tokens": inp_tokens, "inp_pos": inp_pos, "kq_mask": kq_mask,
               "kv_idxs": kv_idxs, "inp_out_ids": out_ids}

@@ -117,7 +117,7 @@ class DeviceRecompute:
             elif node.op == be.Op.CPY:
                 out = ctx.cpy(leaves[0], leaves[1])
             else:
-                params = bytes(be.ffi.buffer(node.c.op_params))
+                params = node.op_params_bytes
                 out = ctx.new_op(node.op, node.type, node.ne, [t for t in leaves if t], params)
             graph = ctx.new_graph(8).build_forward(out)
             buf = ctx.alloc_tensors(self.device.buffer_type)
@@ -127,7 +127,7 @@ class DeviceRecompute:
                         t.write_bytes(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
                 self.backend.graph_compute(graph)
                 self.backend.synchronize()
-                root = out if out.c.view_src == be.ffi.NULL else leaves[2 if node.op ==
+                root = out if not out.is_view else leaves[2 if node.op ==
                                                                        be.Op.SET_ROWS else 1]
                 raw = root.read_bytes()
                 return ref.read(raw, out)

@@ -17,7 +17,8 @@ from typing import Callable
 import numpy as np
 
 from .. import reference as ref
-from ..backend import CannError, Context, Op, Registry, TensorType
+from ..backend import (CannError, Context, Op, Registry, TensorType, layout_tensors,
+                       place_tensors)
 
 GUARD_BYTES = 256            # at least this many pattern bytes before and after every tensor
 
@@ -708,16 +709,8 @@ class Checker:
 
     def _layout(self, ctx, buffer_type):
         """Offsets of every base tensor with GUARD_BYTES (or more) of guard before and after."""
-        align = max(buffer_type.alignment, 1)
-        guard = (GUARD_BYTES + align - 1) // align * align
-        layout, offset = [], guard
-        for tensor in ctx.tensors:
-            if tensor.c.view_src != ref_null():
-                continue
-            size = buffer_type.alloc_size(tensor)
-            layout.append((tensor, offset, size))
-            offset += (size + align - 1) // align * align + guard
-        return layout, offset
+        [(layout, total)] = layout_tensors(ctx.tensors, buffer_type, guard=GUARD_BYTES)
+        return layout, total
 
     def _run(self, case, ctx, graph, builder, nodes, rng, result):
         buffer_type = self.device.buffer_type
@@ -725,11 +718,7 @@ class Checker:
         # one byte canvas over the whole buffer writes and checks the guards
         canvas = ctx.new_tensor(TensorType.I8, [total], name="canvas")
         with buffer_type.alloc_buffer(total) as buffer:
-            for tensor, offset, _ in layout:
-                tensor.alloc(buffer, offset)
-            for tensor in ctx.tensors:
-                if tensor.c.view_src != ref_null() and tensor.c.data == ref_null():
-                    tensor.view_init(buffer)
+            place_tensors(ctx.tensors, layout, buffer)
             canvas.alloc(buffer, 0)
             pattern = rng.integers(0, 256, size=total, dtype=np.uint8)
             canvas.set(pattern.view(np.int8))
@@ -774,11 +763,6 @@ class Checker:
                                     f"buffer offset {int(touched[0])}")
                 else:
                     result.passed = True
-
-
-def ref_null():
-    from ..backend import ffi
-    return ffi.NULL
 
 
 # ---- the command ---------------------------------------------------------------------------------------
