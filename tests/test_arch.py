@@ -112,3 +112,8 @@ def test_new_architecture_keys_are_checked(toy, tmp_path):
     path = write_tiny_model(tmp_path / "toy3.gguf", arch="toyarch", kv={"toyarch.toy_flag": True})
     with pytest.raises(loader.GGUFError, match="missing tensor 'blk.0.ffn_toy_down.weight'"):
         loader.open_gguf(path)
+
+
+def test_rope_modes_match_the_c_header():
+    from cann_llm import backend
+    assert ROPE_NEOX == backend.ROPE_TYPE_NEOX and ROPE_NORMAL == 0

@@ -309,3 +309,17 @@ def test_python_api_accepts_text_and_names_n_ctx(default_model_path):
         with pytest.raises(cann_llm.ContextFullError) as exc:
             m.logits(list(range(40)))
         assert "n_ctx" in str(exc.value) and "(-c)" not in str(exc.value)
+
+
+def test_cache_type_flags_reach_load(fake):
+    assert cli.main(["run", "-p", "hi", "-ctk", "f32", "-ctv", "f32"]) == 0
+    assert fake.seen["type_k"] == "f32" and fake.seen["type_v"] == "f32"
+    assert cli.main(["run", "-p", "hi"]) == 0
+    assert fake.seen["type_k"] == "f16" and fake.seen["type_v"] == "f16"
+
+
+@pytest.mark.slow
+def test_unsupported_cache_type_is_one_line(default_model_path):
+    err = _one_line_error(_cann_llm("run", str(default_model_path), "-ctk", "q8_0", "-p", "hi",
+                                    "-n", "1"))
+    assert "q8_0" in err, err

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROPE_NORMAL, ROPE_NEOX = 0, 2     # ggml's ROPE modes
+# ggml's ROPE modes, here so that declarations load without the native libraries;
+# tests/test_arch.py holds them equal to the C header's CLM_ROPE_TYPE_NEOX
+ROPE_NORMAL, ROPE_NEOX = 0, 2
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                         "of CANN devices to split the layers over")
     p.add_argument("-fa", "--flash-attn", choices=("on", "off"), default="on",
                    help="attention through FLASH_ATTN_EXT (on, default) or SOFT_MAX (off)")
+    p.add_argument("-ctk", "--cache-type-k", default="f16", metavar="TYPE",
+                   help="KV cache type for K: f16 (default) or f32")
+    p.add_argument("-ctv", "--cache-type-v", default="f16", metavar="TYPE",
+                   help="KV cache type for V: f16 (default) or f32")
     p.add_argument("--convert", default=None, metavar="TYPE",
                    help="convert weights the device cannot hold to TYPE at load (Q8_0, Q4_1, ...)")
     p.add_argument("--no-check", action="store_true",
@@ -73,6 +77,7 @@ def load_model(args, path: str):
             raise RunError(f"--chat-template-file: {e}") from None
     kwargs = dict(device=device, n_ctx=args.ctx_size, n_threads=args.threads,
                   chat_template=template, n_batch=args.batch_size,
+                  type_k=args.cache_type_k, type_v=args.cache_type_v,
                   flash_attn=args.flash_attn == "on",
                   convert=args.convert, verbose=args.verbose, check_weights=not args.no_check,
                   log=_log)
@@ -101,37 +106,27 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--n-predict", type=int, default=-1, metavar="N",
                    help="maximum tokens to generate (-1: until the end of the answer or a full "
                         "context; default -1)")
-    g = p.add_argument_group("sampling (llama.cpp's defaults and order)")
-    g.add_argument("--temp", type=float, default=0.8, help="temperature; <= 0 greedy (0.8)")
-    g.add_argument("--top-k", type=int, default=40, help="top-k, <= 0 off (40)")
-    g.add_argument("--top-p", type=float, default=0.95, help="top-p, 1 off (0.95)")
-    g.add_argument("--min-p", type=float, default=0.05, help="min-p, 0 off (0.05)")
-    g.add_argument("--repeat-penalty", type=float, default=1.0, help="1 off (1.0)")
-    g.add_argument("--repeat-last-n", type=int, default=64, help="penalty window; -1 all (64)")
-    g.add_argument("--presence-penalty", type=float, default=0.0, help="0 off (0.0)")
-    g.add_argument("--frequency-penalty", type=float, default=0.0, help="0 off (0.0)")
-    g.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed; -1 random (-1)")
+    from ..sampling_params import SamplingParams
+    SamplingParams.add_arguments(p.add_argument_group("sampling (llama.cpp's defaults and order)"))
     add_model_arguments(p)
 
 
 def sampling_kwargs(args) -> dict:
-    """generate()/chat() sampling keywords from the arguments, checked by building a Sampler."""
-    from ..sampler import Sampler
-    kw = dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-              repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-              presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
-    flags = {"temperature": "--temp", "top_p": "--top-p", "min_p": "--min-p",
-             "repeat_penalty": "--repeat-penalty", "repeat_last_n": "--repeat-last-n",
-             "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty"}
+    """generate()/chat() sampling keywords from the arguments, checked by building a Sampler
+    (an error names the flag, not the field)."""
+    from dataclasses import asdict, fields
+    from ..sampling_params import SamplingParams
+    params = SamplingParams.from_args(args)
     try:
-        sampler = Sampler(**kw, seed=args.seed)
+        sampler = params.sampler()
     except ValueError as e:
         msg = str(e)
-        for name, flag in flags.items():
-            if msg.startswith(name + " "):
-                msg = flag + msg[len(name):]
+        for f in fields(SamplingParams):
+            if "flags" in f.metadata and msg.startswith(f.name + " "):
+                msg = f.metadata["flags"][-1] + msg[len(f.name):]
                 break
         raise RunError(msg) from None
+    kw = {k: v for k, v in asdict(params).items() if k != "logit_bias"}
     kw["seed"] = sampler.seed            # a concrete seed, printed with -v
     return kw
 
