@@ -191,3 +191,31 @@ def test_temporaries_are_returned_to_the_pool(clm, device, backend, n_q, max_bia
                 backend.synchronize()
                 assert backend.stats()["pool_in_use"] == 0
             assert np.isfinite(out.get()).all()
+
+
+def test_decode_row_with_every_key_masked_matches_the_npu(clm, device, backend):
+    """Decode masks through a pse clamped to -65504 (ops_attention.c). acl_host skips such keys
+    only when the row has another key: a row masked everywhere gets softmax over the equal
+    biases, i.e. attention without the mask, as the NPU computes it (not a row of zeros)."""
+    F32, F16 = clm.TensorType.F32, clm.TensorType.F16
+    D, n_head, n_head_kv, n_kv = 64, 4, 2, 48
+    q_np = rng.standard_normal((1, n_head, 1, D)).astype(np.float32)
+    k_np = rng.uniform(-1, 1, (1, n_head_kv, n_kv, D)).astype(np.float16)
+    v_np = rng.uniform(-1, 1, (1, n_head_kv, n_kv, D)).astype(np.float16)
+    with clm.Context() as ctx:
+        q = ctx.new_tensor(F32, (D, 1, n_head, 1), name="q")
+        k = ctx.new_tensor(F16, (D, n_kv, n_head_kv, 1), name="k")
+        v = ctx.new_tensor(F16, (D, n_kv, n_head_kv, 1), name="v")
+        mask = ctx.new_tensor(F16, (n_kv, 1, 1, 1), name="kq_mask")
+        out = _flash_attn_ext(clm, ctx, q, k, v, mask, 0.125)
+        graph = ctx.new_graph().build_forward(out)
+        with ctx.alloc_tensors(device.buffer_type):
+            q.set(q_np)
+            k.set(k_np)
+            v.set(v_np)
+            mask.set(np.full((1, 1, 1, n_kv), -np.inf, np.float16))
+            backend.graph_compute(graph)
+            backend.synchronize()
+            got = out.get().reshape(1, 1, n_head, D)
+    ref = _reference(q_np, k_np, v_np, None, 0.125)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-3)

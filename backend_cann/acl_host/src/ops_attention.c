@@ -53,6 +53,7 @@
 #define FIA_MAX_GROUP 64
 #define FIA_MAX_D 512
 #define FIA_MAX_BATCH 65536
+#define FIA_MASK_BIAS (-65504.0f) /* F16's lowest finite value */
 #define FIA_DECODE_MASK_MAX 512 /* keys a decode attenMask is honoured for on hardware */
 #define FIA_KV_BLOCK 32   /* keys / values widened to F32 at a time */
 #define FIA_UNIT_ROWS 32  /* query rows a task aims for */
@@ -214,26 +215,43 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         widen_row(dt, src, qf + r * D, D);
     }
 
-    /* scores: s = (q . k) * scale + pse, -inf where masked (no dot product computed there).
-     * The bias goes to the score row first; only keys some row still needs are widened. */
+    /* The pse rows go to the score rows first. A bias at or below F16's lowest finite value (how
+     * the backend masks decode) adds exp(s - 65504 - m) = 0 in F32 whenever its row has a bias
+     * above that, unless a masked score exceeds the row's max by more than 65400, which no
+     * attention row reaches: such positions take no part, as -inf ones do, with the same result
+     * bits and no dot product or expf underflow. A row whose every bias is that low keeps them
+     * (softmax then spreads over all of them, as on the NPU). rmax holds the per-row choice until
+     * the softmax writes it. */
+    float *low_masks = rmax;
+    for (int64_t r = 0; r < R; r++) {
+        float *row = scores + r * S;
+        low_masks[r] = 0.0f;
+        if (!job->pse) {
+            memset(row, 0, (size_t)S * sizeof(float));
+            continue;
+        }
+        int64_t h = h0 + r / ni, i = i0 + r % ni;
+        const char *pse_row = job->pse + (b * job->pse_s[0] + h * job->pse_s[1] + i * job->pse_s[2]) * es;
+        if (job->pse_s[3] == 1)
+            widen_row(dt, pse_row, row, S);
+        else
+            for (int64_t j = 0; j < S; j++)
+                row[j] = widen_one(dt, pse_row + j * job->pse_s[3] * es);
+        for (int64_t j = 0; j < S && low_masks[r] == 0.0f; j++)
+            if (row[j] > FIA_MASK_BIAS) low_masks[r] = 1.0f;
+    }
+
+    /* scores: s = (q . k) * scale + pse, -inf where masked (no dot product computed there);
+     * only keys some row still needs are widened. */
     for (int64_t j0 = 0; j0 < S; j0 += FIA_KV_BLOCK) {
         int64_t nj = S - j0 < FIA_KV_BLOCK ? S - j0 : FIA_KV_BLOCK;
         bool needed[FIA_KV_BLOCK] = {false};
         for (int64_t r = 0; r < R; r++) {
-            int64_t h = h0 + r / ni, i = i0 + r % ni;
+            int64_t i = i0 + r % ni;
             float *bias = scores + r * S + j0;
-            if (job->pse) {
-                const char *pse_row = job->pse + (b * job->pse_s[0] + h * job->pse_s[1] +
-                                                  i * job->pse_s[2] + j0 * job->pse_s[3]) * es;
-                if (job->pse_s[3] == 1)
-                    widen_row(dt, pse_row, bias, nj);
-                else
-                    for (int64_t jj = 0; jj < nj; jj++)
-                        bias[jj] = widen_one(dt, pse_row + jj * job->pse_s[3] * es);
-            } else {
+            if (low_masks[r] != 0.0f)
                 for (int64_t jj = 0; jj < nj; jj++)
-                    bias[jj] = 0.0f;
-            }
+                    if (bias[jj] <= FIA_MASK_BIAS) bias[jj] = -INFINITY;
             if (job->mask) {
                 const unsigned char *m = (const unsigned char *)job->mask + b * job->mask_s[0] +
                                          i * job->mask_s[1] + j0 * job->mask_s[2];
