@@ -11,6 +11,7 @@
 
 #include <math.h>
 
+#include "ah_convert.h"
 #include "ah_nd.h"
 
 
@@ -26,6 +27,7 @@ typedef struct math_params {
     int slot_a, slot_b, slot_out; /* slot_b < 0 for the unary ops */
     bool f64;                     /* compute in double */
     double lo, hi;                /* Clamp bounds */
+    bool bounds_f32;              /* both bounds exact in F32 (the F16 fast path) */
 } math_params;
 
 typedef struct math_ctx {
@@ -33,9 +35,34 @@ typedef struct math_ctx {
     aclDataType out_t, a_t, b_t;
 } math_ctx;
 
+/* Clamp of contiguous F16 runs (the attention mask's bias) in F32 with the vector converters:
+ * the same bits as the double path, since every F16 value and both bounds (float-exact, checked
+ * at prepare) are exact in F32. */
+static void clamp_f16_run(const math_params *mp, int64_t n, char *const *p, int64_t s_in) {
+    float x[BLOCK];
+    const float lo = (float)mp->lo, hi = (float)mp->hi;
+    for (int64_t done = 0; done < n; done += BLOCK) {
+        int64_t m = n - done < BLOCK ? n - done : BLOCK;
+        if (s_in == 2) {
+            ah_f16_to_f32_row((const uint16_t *)(const void *)(p[1] + done * 2), x, m);
+        } else { /* a broadcast (stride-0) input run */
+            float v;
+            ah_f16_to_f32_row((const uint16_t *)(const void *)p[1], &v, 1);
+            for (int64_t i = 0; i < m; i++) x[i] = v;
+        }
+        for (int64_t i = 0; i < m; i++) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+        ah_f32_to_f16_row(x, (uint16_t *)(void *)(p[0] + done * 2), m);
+    }
+}
+
 static void math_segment(void *vctx, int64_t n, char *const *p, const int64_t *s) {
     const math_ctx *c = vctx;
     const math_params *mp = c->p;
+    if (mp->kind == MATH_CLAMP && mp->bounds_f32 && c->a_t == ACL_FLOAT16 && c->out_t == ACL_FLOAT16 &&
+        s[0] == 2 && (s[1] == 2 || s[1] == 0)) {
+        clamp_f16_run(mp, n, p, s[1]);
+        return;
+    }
     double a[BLOCK], b[BLOCK];
     for (int64_t done = 0; done < n; done += BLOCK) {
         int64_t m = n - done < BLOCK ? n - done : BLOCK;
@@ -179,6 +206,7 @@ AH_API aclnnStatus aclnnClampGetWorkspaceSize(const aclTensor *self, const aclSc
     mp->slot_out = ah_executor_add_tensor(ex, "out", out, AH_OUT);
     mp->f64 = true;
     mp->lo = lo, mp->hi = hi;
+    mp->bounds_f32 = (double)(float)lo == lo && (double)(float)hi == hi;
     return ah_executor_finish(ex, 0, workspaceSize, executor);
 }
 
