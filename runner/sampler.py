@@ -192,7 +192,8 @@ class Sampler:
             raise ValueError(f"logits must be a non-empty vector, got shape {logits.shape}")
         if logits.dtype != np.float32:
             logits = logits.astype(np.float32)
-        if np.isnan(logits).any() or np.isposinf(logits).any():
+        top = logits.max()                    # one pass: NaN propagates through max
+        if np.isnan(top) or top == np.inf:
             raise ValueError("logits hold NaN or +inf values: refusing to sample a token from them")
         logits = self.apply_penalties(logits, history)
         if self.greedy:
