@@ -191,6 +191,9 @@ clm_status cann_consts_ones(cann_backend_ctx *ctx, int64_t n, void **out);
 clm_status cann_consts_table(cann_backend_ctx *ctx, const float *values, int64_t n, void **out);
 /* ggml's ALiBi slopes for n_head heads, as such a table. */
 clm_status cann_consts_alibi_slopes(cann_backend_ctx *ctx, float max_bias, int64_t n_head, void **out);
+/* The prepare step of SOFT_MAX and FLASH_ATTN_EXT: builds the slopes `node` will use when it has
+ * a mask (`mask`) and max_bias (op_params[1]) > 0, so the graph itself allocates nothing. */
+clm_status cann_consts_prepare_alibi(cann_backend_ctx *ctx, const clm_tensor *node, const clm_tensor *mask);
 /* A per-graph slot of at least `bytes` for a key (compared bytewise: zero the padding). *fresh:
  * it already holds this graph's contents for key; else the caller fills it and calls
  * slot_built. */

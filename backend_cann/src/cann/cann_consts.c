@@ -157,6 +157,13 @@ clm_status cann_consts_alibi_slopes(cann_backend_ctx *ctx, float max_bias, int64
     return cann_consts_table(ctx, table, n_head, out);
 }
 
+clm_status cann_consts_prepare_alibi(cann_backend_ctx *ctx, const clm_tensor *node, const clm_tensor *mask) {
+    float max_bias = clm_get_op_param_f32(node, 1);
+    if (mask == NULL || !(max_bias > 0.0f)) return CLM_OK;
+    void *unused = NULL;
+    return cann_consts_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
+}
+
 /* ---- per-graph slots (ROPE sin/cos) ----------------------------------------------------------- */
 clm_status cann_consts_graph_prepare(cann_backend_ctx *ctx) {
     struct cann_consts *c = NULL;

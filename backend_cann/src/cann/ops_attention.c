@@ -18,7 +18,6 @@
  * Declined (CPU fallback): logit softcap != 0 (FusedInferAttentionScore has none), K/V not F16 (quantized caches), K and V head dims that differ or are not a multiple of
  * 16 in [16, 512], attention sinks, masks that are not F16.
  */
-#include <string.h>
 
 #include "cann/cann_common.h"
 
@@ -98,11 +97,7 @@ static aclTensor *bool_tensor(void *data, int64_t d0, int64_t d1, int64_t d2) {
 /* ALiBi: the slopes, before the graph runs. */
 clm_status cann_prepare_flash_attn_ext(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan) {
     (void)plan;
-    float max_bias;
-    memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
-    if (node->src[3] == NULL || !(max_bias > 0.0f)) return CLM_OK;
-    void *unused = NULL;
-    return cann_consts_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
+    return cann_consts_prepare_alibi(ctx, node, node->src[3]);
 }
 
 clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {

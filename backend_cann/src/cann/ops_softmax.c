@@ -24,11 +24,7 @@ bool cann_supports_soft_max(const clm_tensor *op) {
 /* ALiBi: the slopes, before the graph runs. */
 clm_status cann_prepare_soft_max(cann_backend_ctx *ctx, const clm_tensor *node, cann_prepare_plan *plan) {
     (void)plan;
-    float max_bias;
-    memcpy(&max_bias, &node->op_params[1], sizeof(max_bias));
-    if (node->src[1] == NULL || !(max_bias > 0.0f)) return CLM_OK;
-    void *unused = NULL;
-    return cann_consts_alibi_slopes(ctx, max_bias, node->src[0]->ne[2], &unused);
+    return cann_consts_prepare_alibi(ctx, node, node->src[1]);
 }
 
 clm_status cann_op_soft_max(cann_backend_ctx *ctx, clm_tensor *dst) {
