@@ -22,6 +22,7 @@ from .arch import build_graph
 from .kv_cache import ContextFullError, KVCache, kv_type
 from .loader import open_gguf
 from .sampler import SamplingParams
+from .text_stream import TextStream
 from .sched import DeviceSlot, Scheduler
 
 __all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch", "parse_devices"]
@@ -116,18 +117,20 @@ class NonFiniteLogitsError(RuntimeError):
 
 def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
          convert=None, verbose=False, log=None, check_weights=True,
-         chat_template=None, type_k="f16", type_v="f16") -> "Model":
+         chat_template=None, type_k="f16", type_v="f16", n_cells=None) -> "Model":
     """Load a GGUF model (path None: the default model, fetched on first use); check_weights:
     refuse weights with NaN/inf values or scales (a corrupt file) at load; chat_template: a
     Jinja template source that replaces the GGUF's tokenizer.chat_template; type_k / type_v:
-    the KV cache types, "f16" or "f32" (llama.cpp's -ctk / -ctv)."""
+    the KV cache types, "f16" or "f32" (llama.cpp's -ctk / -ctv); n_ctx: one sequence's
+    context; n_cells: the KV cells all sequences share (default n_ctx; a server holds several
+    sequences)."""
     if path is None:
         from .model_store import default_model_path
         path = default_model_path(download=True)
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
                  check_weights=check_weights, chat_template=chat_template, type_k=type_k,
-                 type_v=type_v)
+                 type_v=type_v, n_cells=n_cells)
 
 
 def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
@@ -150,7 +153,8 @@ class Model:
 
     def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
                  flash_attn=True, convert=None, verbose=False, log=None, decline=(),
-                 check_weights=True, chat_template=None, type_k="f16", type_v="f16"):
+                 check_weights=True, chat_template=None, type_k="f16", type_v="f16",
+                 n_cells=None):
         t0 = time.perf_counter()
         type_k, type_v = kv_type(type_k, "type_k"), kv_type(type_v, "type_v")   # before the load
         import sys
@@ -167,7 +171,12 @@ class Model:
                              f"({hp.n_ctx_train} tokens); use -c {hp.n_ctx_train} or less")
         if int(n_batch) < 1:
             raise ValueError(f"n_batch must be >= 1, got {n_batch}")
+        n_cells = n_ctx if n_cells is None else int(n_cells)
+        if n_cells < n_ctx:
+            raise ValueError(f"n_cells={n_cells}: the KV cache must hold at least one whole "
+                             f"context (n_ctx={n_ctx})")
         self.n_ctx, self.n_batch = n_ctx, min(int(n_batch), n_ctx)
+        self.n_cells = n_cells          # KV cells shared by all sequences (n_ctx: one's limit)
         self.flash_attn = bool(flash_attn)
 
         from .tokenizer import Tokenizer
@@ -214,14 +223,14 @@ class Model:
                                   f"{exc.message}") from None
             raise
         self.kv = KVCache(hp.n_layer, hp.head_dim * hp.n_head_kv, hp.head_dim * hp.n_head_kv,
-                          n_ctx, lambda il: layer_buft[il], type_k=type_k, type_v=type_v)
+                          n_cells, lambda il: layer_buft[il], type_k=type_k, type_v=type_v)
         self._graphs: OrderedDict = OrderedDict()
         self._seq_tokens: list[int] = []        # what seq 0 holds (prefix reuse in generate)
         self._timings = {"load_ms": 0.0, "prompt_tokens": 0, "prompt_ms": 0.0,
                          "gen_tokens": 0, "gen_ms": 0.0}
         self._warm_up_op_caches()
         # reserve the worst case (a full micro-batch over the whole context) so later graphs fit
-        self._get_plan(self.n_batch, self.kv.n_kv(np.array([n_ctx - 1])), self.n_batch)
+        self._get_plan(self.n_batch, self.kv.n_kv(np.array([n_cells - 1])), self.n_batch)
         self._graphs.clear()
         self._timings["load_ms"] = (time.perf_counter() - t0) * 1e3
         if verbose:
@@ -293,9 +302,9 @@ class Model:
             return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
         if np.any(batch.tokens < 0) or np.any(batch.tokens >= self.hparams.n_vocab):
             raise ValueError(f"token ids must be in 0..{self.hparams.n_vocab - 1}")
-        if n > self.n_ctx - self.kv.n_used():
+        if n > self.n_cells - self.kv.n_used():
             raise ContextFullError(
-                f"{n} tokens do not fit in the context: n_ctx={self.n_ctx}, "
+                f"{n} tokens do not fit in the context: {self.n_cells} cells, "
                 f"{self.kv.n_used()} cells in use; load the model with a larger n_ctx or use a shorter "
                 f"prompt")
         outs = []
@@ -423,23 +432,16 @@ class Model:
         """Apply the chat template to `messages` and stream the answer's text."""
         prompt = self.chat_template.render(messages, add_generation_prompt=True)
         ids = self.tokenize(prompt, special=True)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        detok = self.tokenizer.incremental()
-        pending = ""
-        hold = max((len(s) for s in stops), default=1) - 1
+        text = TextStream(self.tokenizer, stop)
         for token in self.generate(ids, max_tokens=max_tokens, **sampling):
-            pending += detok.add(token)
-            cut = min((pending.find(s) for s in stops if s in pending), default=-1)
-            if cut >= 0:
-                if pending[:cut]:
-                    yield pending[:cut]
+            piece = text.add(token)
+            if piece:
+                yield piece
+            if text.stopped:
                 return
-            if len(pending) > hold:
-                out, pending = pending[:len(pending) - hold], pending[len(pending) - hold:]
-                yield out
-        pending += detok.flush()
-        if pending:
-            yield pending
+        rest = text.finish()
+        if rest:
+            yield rest
 
     # ---- info -----------------------------------------------------------------------------------
     def timings(self) -> dict:

@@ -190,18 +190,115 @@ def test_a_sampler_error_ends_only_its_sequence(smol):
     engine.release(b)
 
 
-def test_a_full_context_fails_the_step_and_keeps_the_cells_consistent(default_model_path):
-    from cann_llm import ContextFullError
+def test_running_out_of_cells_preempts_the_newest_sequence(default_model_path):
+    """Two sequences that together outgrow the cells: b (admitted last) is preempted back to the
+    queue while a keeps decoding; once a is released, b recomputes its cells and gives the
+    tokens it gives alone. A prompt that does not fit beside the running ones waits."""
     with cann_llm.load(str(default_model_path), n_ctx=32, n_batch=32) as m:
         engine = Engine(m)
-        a = engine.add(list(range(10, 30)), SamplingParams(temperature=0), max_tokens=8)
-        engine.step()                                    # a's prompt: 20 cells
-        assert m.kv.n_used() == 20
-        b = engine.add(list(range(40, 60)), SamplingParams(temperature=0), max_tokens=8)
-        with pytest.raises(ContextFullError):
-            engine.step()                                # a's token + b's 20 do not fit
-        assert m.kv.n_used() == 20 and a.n_past == 20 and b.n_past == 0
-        engine.release(b)
+        a_prompt, b_prompt = list(range(10, 20)), list(range(40, 50))
+        alone = []
+        for p in (a_prompt, b_prompt):
+            s = engine.add(p, SamplingParams(temperature=0), max_tokens=12)
+            engine.run()
+            engine.release(s)
+            alone.append(s.generated)
+        assert all(len(g) == 12 for g in alone)
+        a = engine.add(a_prompt, SamplingParams(temperature=0), max_tokens=12)
+        b = engine.add(b_prompt, SamplingParams(temperature=0), max_tokens=12)
         while not a.finished:
             engine.step()
-        assert len(a.generated) == 8 and m.kv.n_used() == 27
+        assert a.generated == alone[0] and engine.stats["preemptions"] >= 1
+        assert b.state == "waiting" and b.n_past == 0 and m.kv.n_used() == 21
+        assert 0 < len(b.generated) < 12              # b had started and keeps its tokens
+        engine.step()
+        assert b.state == "waiting"                   # 10 + its tokens do not fit beside a
+        engine.release(a)
+        engine.run()
+        assert b.generated == alone[1] and b.finish_reason == "length"
+        engine.release(b)
+        assert m.kv.n_used() == 0
+
+
+def test_prefix_cache_reuses_a_released_sequence_prefix(smol):
+    smol.kv.clear()
+    engine = Engine(smol, max_running=2, prefix_cache=True)
+    prompt = _requests(smol)[1][0]
+    first = engine.add(prompt, SamplingParams(temperature=0), max_tokens=6)
+    engine.run()
+    engine.release(first, keep=True)
+    assert list(engine.cache.values()) == [prompt + first.generated[:5]]
+    # a second turn re-sends the history: only the new tokens are prefilled
+    turn2 = prompt + first.generated + [28, 29, 30]
+    second = engine.add(turn2, SamplingParams(temperature=0), max_tokens=4)
+    assert second.n_cached == len(prompt) + 5 and len(second.pending) == 4
+    engine.run()
+    fresh = Engine(smol)
+    engine.release(second)
+    engine._evict_one()
+    assert smol.kv.n_used() == 0
+    again = fresh.add(turn2, SamplingParams(temperature=0), max_tokens=4)
+    fresh.run()
+    assert again.generated == second.generated
+    fresh.release(again)
+    assert engine.stats["prefix_hits"] == 1 and engine.stats["prefix_tokens"] == len(prompt) + 5
+
+
+def test_max_running_queues_the_rest(smol):
+    smol.kv.clear()
+    engine = Engine(smol, max_running=1)
+    a = engine.add([1, 2, 3], SamplingParams(temperature=0), max_tokens=3)
+    b = engine.add([4, 5, 6], SamplingParams(temperature=0), max_tokens=3)
+    assert (a.state, b.state, engine.n_waiting) == ("running", "waiting", 1)
+    while not a.finished:
+        engine.step()
+    assert b.state == "waiting"
+    engine.release(a)
+    engine.run()
+    assert len(b.generated) == 3
+    engine.release(b)
+    assert smol.kv.n_used() == 0
+
+
+def test_n_choices_fork_the_prompt_and_use_seed_plus_i(smol):
+    smol.kv.clear()
+    engine = Engine(smol)
+    prompt = _requests(smol)[0][0]
+    params = SamplingParams(temperature=1.0, seed=100)
+    seqs = [engine.add(prompt, params, max_tokens=6)]
+    seqs += seqs[0].forks
+    assert len(seqs) == 1 and not seqs[0].forks
+    engine.release(seqs[0])
+    parent = engine.add(prompt, params, max_tokens=6, n=3)
+    choices = [parent] + parent.forks
+    steps = 0
+    while any(not c.finished for c in choices):
+        engine.step()
+        steps += 1
+    # one prefill for all three (the prompt fits one chunk), then one token each per step
+    assert steps <= 7 and all(c.n_prompt == len(prompt) for c in choices)
+    for i, c in enumerate(choices):
+        alone = engine.add(prompt, SamplingParams(temperature=1.0, seed=100 + i), max_tokens=6)
+        engine.run()
+        assert c.generated == alone.generated
+        engine.release(alone)
+    for c in choices:
+        engine.release(c)
+    assert smol.kv.n_used() == 0
+
+
+def test_logprobs_are_the_raw_log_softmax(smol):
+    import numpy as np
+    smol.kv.clear()
+    engine = Engine(smol)
+    prompt = _requests(smol)[0][0]
+    seq = engine.add(prompt, SamplingParams(temperature=0), max_tokens=3, logprobs=2)
+    engine.run()
+    lp = seq.token_logprobs
+    assert [e.token for e in lp] == seq.generated
+    assert all(e.top[0] == (e.token, e.logprob) and e.top[1][1] <= e.logprob and e.logprob < 0
+               for e in lp)                          # greedy: the chosen token is the best one
+    engine.release(seq)
+    logits = smol.logits(prompt)[-1].astype(np.float64)
+    expect = logits[seq.generated[0]] - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+    assert abs(lp[0].logprob - expect) < 1e-6
