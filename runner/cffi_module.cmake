@@ -48,7 +48,7 @@ foreach(entry ${CLM_PY_PACKAGES})
     install(FILES "${shim}" DESTINATION "${package_dir}")
   else()
     install(DIRECTORY "${source_path}/" DESTINATION "${package_dir}"
-      FILES_MATCHING PATTERN "*.py" PATTERN "py.typed"
+      FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "*.html"
       PATTERN "_ffi_build.py" EXCLUDE PATTERN "__pycache__" EXCLUDE)
   endif()
 endforeach()

@@ -89,7 +89,7 @@ def test_importing_the_cli_and_building_its_parser_loads_no_tool():
         heavy = [m for m in modules if m.split(".")[0] in _HEAVY
                  or any(m == h or m.startswith(h + ".") for h in _HEAVY)]
         assert not heavy, f"{stage} imported {heavy}"
-    assert commands == sorted(["devices", "test-ops", "run", "bench", "pull", "info", "quantize",
+    assert commands == sorted(["devices", "test-ops", "run", "serve", "bench", "pull", "info", "quantize",
                                "diff"])
 
 

@@ -1,7 +1,7 @@
 """The `cann-llm` command: entry point of the package for people and scripts.
 
 One module per command, each with a register(subparsers) that adds its subparser and handler:
-devices, run, bench, pull/info/quantize (model_files), test-ops, diff. common holds what they
+devices, run, serve, bench, pull/info/quantize (model_files), test-ops, diff. common holds what they
 share (errors, the model-path resolver, the --device flag, output helpers). Importing this
 package and building the parser load no backend and no tool: each command imports what it uses
 when it runs. Failures print one line to stderr and exit 1, never a traceback.
@@ -11,13 +11,13 @@ import argparse
 import sys
 
 from .. import __version__
-from . import bench, devices, diff, model_files, run, test_ops
+from . import bench, devices, diff, model_files, run, serve, test_ops
 from .common import CliError, RunError
 
 __all__ = ["main", "build_parser", "CliError", "RunError"]
 
 # the order of `cann-llm --help`
-COMMANDS = (devices, test_ops, run, bench, model_files, diff)
+COMMANDS = (devices, test_ops, run, serve, bench, model_files, diff)
 
 
 def build_parser() -> argparse.ArgumentParser:
