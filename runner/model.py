@@ -3,8 +3,9 @@ tokenize, score (logits), generate and chat.
 
 The top of the runner: the loader opens the file, weights.py uploads the weights (layers spread
 over the devices given), kv_cache.py holds the context, arch/ builds the forward graph of a
-micro-batch and sched.py splits, allocates and runs it. Built graphs are kept by shape
-(n_tokens, n_kv, n_outputs): decode reuses one graph (and its addresses) for N_KV_PAD tokens.
+micro-batch and sched.py splits, allocates and runs it. Built graphs are kept by shape and kind
+(n_tokens, n_kv, n_outputs, logits or embeddings): decode reuses one graph (and its addresses)
+for N_KV_PAD tokens.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
                  type_v=type_v)
 
 
-def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
+def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits") -> None:
     """NonFiniteLogitsError naming the first row (position, sequence) with a NaN or inf."""
     if np.isfinite(logits.sum(axis=1)).all():   # a finite sum: every value is finite
         return
@@ -140,7 +141,7 @@ def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
     row = int(bad[0])
     n_bad = int((~np.isfinite(logits[row])).sum())
     raise NonFiniteLogitsError(
-        f"the logits at position {int(pos[row])} (sequence {int(seq_ids[row])}) hold {n_bad} "
+        f"the {what} at position {int(pos[row])} (sequence {int(seq_ids[row])}) hold {n_bad} "
         f"NaN/inf values: a weight or an op went bad; `cann-llm diff {path} -p PROMPT` finds "
         f"the first tensor that did")
 
@@ -261,16 +262,19 @@ class Model:
         return self.tokenizer.detokenize(list(ids))
 
     # ---- forward -------------------------------------------------------------------------------
-    def _get_plan(self, n_tokens: int, n_kv: int, n_outputs: int, each_node: bool = False):
-        key = (n_tokens, n_kv, n_outputs, each_node)
+    def _get_plan(self, n_tokens: int, n_kv: int, n_outputs: int, each_node: bool = False,
+                  embeddings: bool = False):
+        """The (ForwardGraph, Plan) of this shape and kind; embeddings: the graph that stops at
+        result_norm (its output "embd") instead of the logits (output "logits")."""
+        key = (n_tokens, n_kv, n_outputs, each_node, embeddings)
         entry = self._graphs.get(key)
         if entry is not None and entry[1].generation != self.sched.generation:
             entry = None
         if entry is None:
             fg = build_graph(self.hparams, self.weights.tensors, self.kv, n_tokens, n_kv,
-                             n_outputs, flash_attn=self.flash_attn)
-            plan = self.sched.plan(fg.graph, fg.inputs, {"logits": fg.logits},
-                                   split_each_node=each_node)
+                             n_outputs, flash_attn=self.flash_attn, embeddings=embeddings)
+            outputs = {"embd": fg.embd} if embeddings else {"logits": fg.logits}
+            plan = self.sched.plan(fg.graph, fg.inputs, outputs, split_each_node=each_node)
             entry = (fg, plan)
             if self.sched.generation != plan.generation:    # buffers grew: drop stale plans
                 self._graphs.clear()
@@ -283,14 +287,17 @@ class Model:
             self._graphs.move_to_end(key)
         return entry
 
-    def decode(self, batch: Batch, eval_callback=None) -> np.ndarray | None:
+    def decode(self, batch: Batch, eval_callback=None, embeddings=False) -> np.ndarray | None:
         """Run a batch (micro-batches of n_batch tokens): its K/V enter the cache, the rows
         flagged in batch.logits come back as float32 [n_outputs, n_vocab] (None when an
-        eval_callback stopped the run). NaN/inf logits raise NonFiniteLogitsError, except under
-        an eval_callback, which sees the raw values."""
+        eval_callback stopped the run); embeddings=True: their final-norm hidden states
+        (result_norm) float32 [n_outputs, n_embd] instead, without the output projection.
+        NaN/inf values raise NonFiniteLogitsError, except under an eval_callback, which sees the
+        raw values."""
         n = len(batch)
+        width = self.hparams.n_embd if embeddings else self.hparams.n_vocab
         if n == 0:
-            return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
+            return np.zeros((0, width), dtype=np.float32)
         if np.any(batch.tokens < 0) or np.any(batch.tokens >= self.hparams.n_vocab):
             raise ValueError(f"token ids must be in 0..{self.hparams.n_vocab - 1}")
         if n > self.n_ctx - self.kv.n_used():
@@ -302,13 +309,13 @@ class Model:
         for start in range(0, n, self.n_batch):
             sl = slice(start, min(start + self.n_batch, n))
             out = self._decode_ubatch(batch.tokens[sl], batch.pos[sl], batch.seq_ids[sl],
-                                      batch.logits[sl], eval_callback)
+                                      batch.logits[sl], eval_callback, embeddings)
             if out is None:
                 return None
             outs.append(out)
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
-    def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback):
+    def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback, embeddings=False):
         n = len(tokens)
         cells = self.kv.find_slots(n)
         self.kv.commit(cells, pos, seq_ids)
@@ -318,7 +325,8 @@ class Model:
             if len(out_ids) == 0:
                 out_ids = np.array([n - 1], dtype=np.int32)
             n_kv = self.kv.n_kv()
-            fg, plan = self._get_plan(n, n_kv, n_out, each_node=eval_callback is not None)
+            fg, plan = self._get_plan(n, n_kv, n_out, each_node=eval_callback is not None,
+                                      embeddings=embeddings)
             values = {"inp_tokens": tokens, "inp_pos": pos.astype(np.int32),
                       "kq_mask": self.kv.mask(n_kv, pos, seq_ids), "kv_idxs": cells,
                       "inp_out_ids": out_ids}
@@ -328,13 +336,16 @@ class Model:
             raise
         if result is None:
             return None
-        logits = result["logits"].reshape(-1, self.hparams.n_vocab)
+        what = "embd" if embeddings else "logits"
+        width = self.hparams.n_embd if embeddings else self.hparams.n_vocab
+        rows = result[what].reshape(-1, width)
         if not want.any():
-            return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
-        logits = logits[:len(out_ids)].copy()
+            return np.zeros((0, width), dtype=np.float32)
+        rows = rows[:len(out_ids)].copy()
         if eval_callback is None:   # an eval callback (the diff tool) inspects the raw values
-            _check_logits(logits, pos[out_ids], seq_ids[out_ids], self.gguf.path)
-        return logits
+            _check_logits(rows, pos[out_ids], seq_ids[out_ids], self.gguf.path,
+                          "embeddings" if embeddings else "logits")
+        return rows
 
     def logits(self, ids, eval_callback=None) -> np.ndarray | None:
         """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence.
