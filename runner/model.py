@@ -1,5 +1,5 @@
 """cann_llm.load(...) -> Model: a GGUF model on CANN devices (or the CPU reference), ready to
-tokenize, score (logits), generate and chat.
+tokenize, score (logits), embed, generate and chat.
 
 The top of the runner: the loader opens the file, weights.py uploads the weights (layers spread
 over the devices given), kv_cache.py holds the context, arch/ builds the forward graph of a
@@ -20,8 +20,8 @@ import numpy as np
 
 from . import backend as be
 from .arch import build_graph
-from .kv_cache import ContextFullError, KVCache, kv_type
-from .loader import open_gguf
+from .kv_cache import MAX_SEQ, ContextFullError, KVCache, kv_type
+from .loader import POOLING_TYPES, open_gguf
 from .sampler import SamplingParams
 from .sched import DeviceSlot, Scheduler
 
@@ -366,6 +366,71 @@ class Model:
         self._timings.update(prompt_tokens=len(ids), prompt_ms=(time.perf_counter() - t0) * 1e3,
                              gen_tokens=0, gen_ms=0.0)
         return out
+
+    # ---- embeddings ----------------------------------------------------------------------------
+    @property
+    def pooling(self) -> str:
+        """How embed() pools the rows by default: the GGUF's {arch}.pooling_type ("none",
+        "mean", "cls", "last" or "rank"), "mean" when the file does not say."""
+        pt = self.hparams.pooling_type
+        return "mean" if pt is None else POOLING_TYPES[pt]
+
+    def embed(self, ids, pooling: str | None = None, normalize: bool = True,
+              seq_id: int | None = None) -> np.ndarray:
+        """One sentence embedding, float32 [n_embd]: the final-norm hidden states (result_norm)
+        of `ids` (token ids, or a text tokenized as Model.tokenize) pooled by `pooling` ("mean",
+        "cls": the first row, "last"; None: Model.pooling) and, with normalize, scaled to unit
+        L2 norm (llama-server's /v1/embeddings default).
+
+        The ids run as sequence `seq_id` (None: a free id no cell of the cache holds) from
+        position 0, and its cells are removed afterwards, also on error: an Engine's sequences
+        in the cache are not disturbed, so this may run between its steps."""
+        pooling = self.pooling if pooling is None else str(pooling).lower()
+        if pooling in ("none", "rank"):
+            raise ValueError(f"pooling {pooling!r} gives no single vector (embed() pools with "
+                             f"'mean', 'cls' or 'last'; pass pooling= to choose one)")
+        if pooling not in ("mean", "cls", "last"):
+            raise ValueError(f"unknown pooling {pooling!r} (expected 'mean', 'cls' or 'last')")
+        if isinstance(ids, str):
+            ids = self.tokenize(ids)
+        ids = [int(i) for i in ids]
+        n = len(ids)
+        if n == 0:
+            raise ValueError("embed() needs at least one token (the input is empty)")
+        kv = self.kv
+        in_use = np.bitwise_or.reduce(kv.seq) if len(kv.seq) else np.uint64(0)
+        if seq_id is None:
+            free = [s for s in range(MAX_SEQ - 1, -1, -1) if not int(in_use) >> s & 1]
+            if not free:
+                raise RuntimeError(f"all {MAX_SEQ} sequence ids hold cells in the KV cache")
+            seq_id = free[0]
+        elif not 0 <= int(seq_id) < MAX_SEQ:
+            raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}, got {seq_id}")
+        elif int(in_use) >> int(seq_id) & 1:
+            raise ValueError(f"sequence {seq_id} holds cells in the KV cache; embed() needs a "
+                             f"sequence of its own (seq_id=None picks a free one)")
+        seq_id = int(seq_id)
+        n_free = self.n_ctx - kv.n_used()
+        if n > n_free:
+            others = f", {kv.n_used()} cells are in use by other sequences" if kv.n_used() else ""
+            raise ContextFullError(f"the input has {n} tokens, {n_free} fit in the context "
+                                   f"(n_ctx={self.n_ctx}{others}); load the model with a larger "
+                                   f"n_ctx or embed a shorter text")
+        want = np.zeros(n, dtype=bool)
+        if pooling == "mean":
+            want[:] = True
+        else:
+            want[0 if pooling == "cls" else n - 1] = True
+        try:
+            rows = self.decode(Batch(ids, np.arange(n), np.full(n, seq_id), want),
+                               embeddings=True)
+        finally:
+            kv.seq_rm(seq_id, None, None)
+        vec = rows.astype(np.float64).mean(axis=0) if pooling == "mean" else rows[0]
+        if normalize:       # llama.cpp's common_embd_normalize with the Euclidean norm
+            norm = float(np.sqrt(np.sum(np.square(vec, dtype=np.float64))))
+            vec = vec * (1.0 / norm if norm > 0 else 0.0)
+        return np.asarray(vec, dtype=np.float32)
 
     # ---- generation ----------------------------------------------------------------------------
     @property
