@@ -25,7 +25,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from . import arch as arch_registry
 
 __all__ = ["SUPPORTED_ARCHS", "GGUFError", "HParams", "TensorInfo", "GGUFFile", "open_gguf",
-           "KEPT_TYPES", "CONVERTIBLE_TYPES", "type_name", "layer_index"]
+           "KEPT_TYPES", "CONVERTIBLE_TYPES", "type_name", "layer_index", "POOLING_TYPES"]
 
 SUPPORTED_ARCHS = arch_registry.supported()      # the registry's names (runner/arch/)
 
@@ -59,6 +59,10 @@ class SkippedArray:
         return self.count
 
 
+# llama.cpp's enum llama_pooling_type, by value (the GGUF key {arch}.pooling_type)
+POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
+
+
 @dataclass(frozen=True)
 class HParams:
     arch: str
@@ -79,6 +83,7 @@ class HParams:
     qkv_bias: bool            # blk.N.attn_{q,k,v}.bias (the architecture says if required)
     tied_embeddings: bool
     extra: dict = field(default_factory=dict)   # the architecture's Key declarations, by name
+    pooling_type: int | None = None   # {arch}.pooling_type (POOLING_TYPES), None when absent
 
 
 @dataclass(frozen=True)
@@ -382,6 +387,10 @@ def _hparams(g: GGUFFile) -> HParams:
         n_vocab = g.tensors[decl.tensor("token_embd")].ne[-1]
 
     extra = {k.name: _key(g, a + k.key, k.kind, k.default) for k in decl.extra_keys}
+    pooling_type = _key(g, a + "pooling_type", int, None)
+    if pooling_type is not None and not 0 <= pooling_type < len(POOLING_TYPES):
+        raise GGUFError(f"{g.path}: key {a + 'pooling_type'!r} = {pooling_type} is not a pooling "
+                        f"type (0..{len(POOLING_TYPES) - 1}: {', '.join(POOLING_TYPES)})")
     hp = HParams(
         arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
         n_head_kv=n_head_kv, head_dim=head_dim, n_ff=_key(g, a + "feed_forward_length", int),
@@ -390,7 +399,8 @@ def _hparams(g: GGUFFile) -> HParams:
         rope_freq_base=_key(g, a + "rope.freq_base", float, 10000.0), rope_freq_scale=freq_scale,
         rope_yarn=rope_yarn,
         qkv_bias=decl.has_qkv_bias(g.tensors),
-        tied_embeddings=decl.tensor("output") not in g.tensors, extra=extra)
+        tied_embeddings=decl.tensor("output") not in g.tensors, extra=extra,
+        pooling_type=pooling_type)
     _check_tensors(g, hp, decl)
     return hp
 

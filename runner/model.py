@@ -1,10 +1,11 @@
 """cann_llm.load(...) -> Model: a GGUF model on CANN devices (or the CPU reference), ready to
-tokenize, score (logits), generate and chat.
+tokenize, score (logits), embed, generate and chat.
 
 The top of the runner: the loader opens the file, weights.py uploads the weights (layers spread
 over the devices given), kv_cache.py holds the context, arch/ builds the forward graph of a
-micro-batch and sched.py splits, allocates and runs it. Built graphs are kept by shape
-(n_tokens, n_kv, n_outputs): decode reuses one graph (and its addresses) for N_KV_PAD tokens.
+micro-batch and sched.py splits, allocates and runs it. Built graphs are kept by shape and kind
+(n_tokens, n_kv, n_outputs, logits or embeddings): decode reuses one graph (and its addresses)
+for N_KV_PAD tokens.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import numpy as np
 
 from . import backend as be
 from .arch import build_graph
-from .kv_cache import ContextFullError, KVCache, kv_type
-from .loader import open_gguf
+from .kv_cache import MAX_SEQ, ContextFullError, KVCache, kv_type
+from .loader import POOLING_TYPES, open_gguf
 from .sampler import SamplingParams
 from .text_stream import TextStream
 from .sched import DeviceSlot, Scheduler
@@ -133,7 +134,7 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
                  type_v=type_v, n_cells=n_cells)
 
 
-def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
+def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits") -> None:
     """NonFiniteLogitsError naming the first row (position, sequence) with a NaN or inf."""
     if np.isfinite(logits.sum(axis=1)).all():   # a finite sum: every value is finite
         return
@@ -143,7 +144,7 @@ def _check_logits(logits: np.ndarray, pos, seq_ids, path) -> None:
     row = int(bad[0])
     n_bad = int((~np.isfinite(logits[row])).sum())
     raise NonFiniteLogitsError(
-        f"the logits at position {int(pos[row])} (sequence {int(seq_ids[row])}) hold {n_bad} "
+        f"the {what} at position {int(pos[row])} (sequence {int(seq_ids[row])}) hold {n_bad} "
         f"NaN/inf values: a weight or an op went bad; `cann-llm diff {path} -p PROMPT` finds "
         f"the first tensor that did")
 
@@ -270,16 +271,19 @@ class Model:
         return self.tokenizer.detokenize(list(ids))
 
     # ---- forward -------------------------------------------------------------------------------
-    def _get_plan(self, n_tokens: int, n_kv: int, n_outputs: int, each_node: bool = False):
-        key = (n_tokens, n_kv, n_outputs, each_node)
+    def _get_plan(self, n_tokens: int, n_kv: int, n_outputs: int, each_node: bool = False,
+                  embeddings: bool = False):
+        """The (ForwardGraph, Plan) of this shape and kind; embeddings: the graph that stops at
+        result_norm (its output "embd") instead of the logits (output "logits")."""
+        key = (n_tokens, n_kv, n_outputs, each_node, embeddings)
         entry = self._graphs.get(key)
         if entry is not None and entry[1].generation != self.sched.generation:
             entry = None
         if entry is None:
             fg = build_graph(self.hparams, self.weights.tensors, self.kv, n_tokens, n_kv,
-                             n_outputs, flash_attn=self.flash_attn)
-            plan = self.sched.plan(fg.graph, fg.inputs, {"logits": fg.logits},
-                                   split_each_node=each_node)
+                             n_outputs, flash_attn=self.flash_attn, embeddings=embeddings)
+            outputs = {"embd": fg.embd} if embeddings else {"logits": fg.logits}
+            plan = self.sched.plan(fg.graph, fg.inputs, outputs, split_each_node=each_node)
             entry = (fg, plan)
             if self.sched.generation != plan.generation:    # buffers grew: drop stale plans
                 self._graphs.clear()
@@ -292,14 +296,17 @@ class Model:
             self._graphs.move_to_end(key)
         return entry
 
-    def decode(self, batch: Batch, eval_callback=None) -> np.ndarray | None:
+    def decode(self, batch: Batch, eval_callback=None, embeddings=False) -> np.ndarray | None:
         """Run a batch (micro-batches of n_batch tokens): its K/V enter the cache, the rows
         flagged in batch.logits come back as float32 [n_outputs, n_vocab] (None when an
-        eval_callback stopped the run). NaN/inf logits raise NonFiniteLogitsError, except under
-        an eval_callback, which sees the raw values."""
+        eval_callback stopped the run); embeddings=True: their final-norm hidden states
+        (result_norm) float32 [n_outputs, n_embd] instead, without the output projection.
+        NaN/inf values raise NonFiniteLogitsError, except under an eval_callback, which sees the
+        raw values."""
         n = len(batch)
+        width = self.hparams.n_embd if embeddings else self.hparams.n_vocab
         if n == 0:
-            return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
+            return np.zeros((0, width), dtype=np.float32)
         if np.any(batch.tokens < 0) or np.any(batch.tokens >= self.hparams.n_vocab):
             raise ValueError(f"token ids must be in 0..{self.hparams.n_vocab - 1}")
         if n > self.n_cells - self.kv.n_used():
@@ -311,13 +318,13 @@ class Model:
         for start in range(0, n, self.n_batch):
             sl = slice(start, min(start + self.n_batch, n))
             out = self._decode_ubatch(batch.tokens[sl], batch.pos[sl], batch.seq_ids[sl],
-                                      batch.logits[sl], eval_callback)
+                                      batch.logits[sl], eval_callback, embeddings)
             if out is None:
                 return None
             outs.append(out)
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
-    def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback):
+    def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback, embeddings=False):
         n = len(tokens)
         cells = self.kv.find_slots(n)
         self.kv.commit(cells, pos, seq_ids)
@@ -327,7 +334,8 @@ class Model:
             if len(out_ids) == 0:
                 out_ids = np.array([n - 1], dtype=np.int32)
             n_kv = self.kv.n_kv()
-            fg, plan = self._get_plan(n, n_kv, n_out, each_node=eval_callback is not None)
+            fg, plan = self._get_plan(n, n_kv, n_out, each_node=eval_callback is not None,
+                                      embeddings=embeddings)
             values = {"inp_tokens": tokens, "inp_pos": pos.astype(np.int32),
                       "kq_mask": self.kv.mask(n_kv, pos, seq_ids), "kv_idxs": cells,
                       "inp_out_ids": out_ids}
@@ -337,13 +345,16 @@ class Model:
             raise
         if result is None:
             return None
-        logits = result["logits"].reshape(-1, self.hparams.n_vocab)
+        what = "embd" if embeddings else "logits"
+        width = self.hparams.n_embd if embeddings else self.hparams.n_vocab
+        rows = result[what].reshape(-1, width)
         if not want.any():
-            return np.zeros((0, self.hparams.n_vocab), dtype=np.float32)
-        logits = logits[:len(out_ids)].copy()
+            return np.zeros((0, width), dtype=np.float32)
+        rows = rows[:len(out_ids)].copy()
         if eval_callback is None:   # an eval callback (the diff tool) inspects the raw values
-            _check_logits(logits, pos[out_ids], seq_ids[out_ids], self.gguf.path)
-        return logits
+            _check_logits(rows, pos[out_ids], seq_ids[out_ids], self.gguf.path,
+                          "embeddings" if embeddings else "logits")
+        return rows
 
     def logits(self, ids, eval_callback=None) -> np.ndarray | None:
         """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence.
@@ -364,6 +375,71 @@ class Model:
         self._timings.update(prompt_tokens=len(ids), prompt_ms=(time.perf_counter() - t0) * 1e3,
                              gen_tokens=0, gen_ms=0.0)
         return out
+
+    # ---- embeddings ----------------------------------------------------------------------------
+    @property
+    def pooling(self) -> str:
+        """How embed() pools the rows by default: the GGUF's {arch}.pooling_type ("none",
+        "mean", "cls", "last" or "rank"), "mean" when the file does not say."""
+        pt = self.hparams.pooling_type
+        return "mean" if pt is None else POOLING_TYPES[pt]
+
+    def embed(self, ids, pooling: str | None = None, normalize: bool = True,
+              seq_id: int | None = None) -> np.ndarray:
+        """One sentence embedding, float32 [n_embd]: the final-norm hidden states (result_norm)
+        of `ids` (token ids, or a text tokenized as Model.tokenize) pooled by `pooling` ("mean",
+        "cls": the first row, "last"; None: Model.pooling) and, with normalize, scaled to unit
+        L2 norm (llama-server's /v1/embeddings default).
+
+        The ids run as sequence `seq_id` (None: a free id no cell of the cache holds) from
+        position 0, and its cells are removed afterwards, also on error: an Engine's sequences
+        in the cache are not disturbed, so this may run between its steps."""
+        pooling = self.pooling if pooling is None else str(pooling).lower()
+        if pooling in ("none", "rank"):
+            raise ValueError(f"pooling {pooling!r} gives no single vector (embed() pools with "
+                             f"'mean', 'cls' or 'last'; pass pooling= to choose one)")
+        if pooling not in ("mean", "cls", "last"):
+            raise ValueError(f"unknown pooling {pooling!r} (expected 'mean', 'cls' or 'last')")
+        if isinstance(ids, str):
+            ids = self.tokenize(ids)
+        ids = [int(i) for i in ids]
+        n = len(ids)
+        if n == 0:
+            raise ValueError("embed() needs at least one token (the input is empty)")
+        kv = self.kv
+        in_use = np.bitwise_or.reduce(kv.seq) if len(kv.seq) else np.uint64(0)
+        if seq_id is None:
+            free = [s for s in range(MAX_SEQ - 1, -1, -1) if not int(in_use) >> s & 1]
+            if not free:
+                raise RuntimeError(f"all {MAX_SEQ} sequence ids hold cells in the KV cache")
+            seq_id = free[0]
+        elif not 0 <= int(seq_id) < MAX_SEQ:
+            raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}, got {seq_id}")
+        elif int(in_use) >> int(seq_id) & 1:
+            raise ValueError(f"sequence {seq_id} holds cells in the KV cache; embed() needs a "
+                             f"sequence of its own (seq_id=None picks a free one)")
+        seq_id = int(seq_id)
+        n_free = self.n_ctx - kv.n_used()
+        if n > n_free:
+            others = f", {kv.n_used()} cells are in use by other sequences" if kv.n_used() else ""
+            raise ContextFullError(f"the input has {n} tokens, {n_free} fit in the context "
+                                   f"(n_ctx={self.n_ctx}{others}); load the model with a larger "
+                                   f"n_ctx or embed a shorter text")
+        want = np.zeros(n, dtype=bool)
+        if pooling == "mean":
+            want[:] = True
+        else:
+            want[0 if pooling == "cls" else n - 1] = True
+        try:
+            rows = self.decode(Batch(ids, np.arange(n), np.full(n, seq_id), want),
+                               embeddings=True)
+        finally:
+            kv.seq_rm(seq_id, None, None)
+        vec = rows.astype(np.float64).mean(axis=0) if pooling == "mean" else rows[0]
+        if normalize:       # llama.cpp's common_embd_normalize with the Euclidean norm
+            norm = float(np.sqrt(np.sum(np.square(vec, dtype=np.float64))))
+            vec = vec * (1.0 / norm if norm > 0 else 0.0)
+        return np.asarray(vec, dtype=np.float32)
 
     # ---- generation ----------------------------------------------------------------------------
     @property

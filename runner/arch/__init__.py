@@ -29,9 +29,10 @@ def get(name: str) -> Arch:
 
 
 def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
-                flash_attn: bool = True) -> ForwardGraph:
+                flash_attn: bool = True, embeddings: bool = False) -> ForwardGraph:
     """The forward graph of one micro-batch for hp.arch (see Arch.build_graph)."""
-    return get(hp.arch).build_graph(hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn)
+    return get(hp.arch).build_graph(hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn,
+                                    embeddings)
 
 
 __all__ = ["ARCHS", "Arch", "ForwardGraph", "Key", "ROPE_NEOX", "ROPE_NORMAL", "build_graph",

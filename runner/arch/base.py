@@ -76,8 +76,10 @@ class Arch:
         return {self.tensor("rope_freqs"): (hp.rope_n_dims // 2,)}
 
     def build_graph(self, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
-                    flash_attn: bool = True):
-        """The forward graph of one micro-batch (a ForwardGraph, see arch/llama.py)."""
+                    flash_attn: bool = True, embeddings: bool = False):
+        """The forward graph of one micro-batch (a ForwardGraph, see arch/llama.py): logits of
+        the n_outputs rows, or with embeddings=True their final-norm hidden states (result_norm
+        F32 [n_embd, n_outputs]) and no output projection."""
         raise NotImplementedError(f"architecture {self.name!r} has no graph builder")
 
     def __repr__(self):

@@ -5,8 +5,8 @@ Tensor names follow llama.cpp (inp_embd, attn_norm-0, Qcur-0, ..., __fattn__-0, 
 result_norm, result_output) so the eval callback and tensor diffs line up with llama-eval-callback.
 The graph writes this micro-batch's K and V into the cache rows given by an index tensor
 (SET_ROWS) and attends over the first n_kv cells under the KQ mask. Only the rows listed in
-inp_out_ids reach the output projection. Shapes are ggml order: [n_embd, n_tokens] is n_tokens
-rows of n_embd.
+inp_out_ids reach the output projection; an embeddings graph stops at result_norm (no output
+projection). Shapes are ggml order: [n_embd, n_tokens] is n_tokens rows of n_embd.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ class ForwardGraph:
     ctx: be.Context
     graph: be.Graph
     inputs: dict          # name -> leaf tensor: inp_tokens, inp_pos, kq_mask, kv_idxs, inp_out_ids
-    logits: be.Tensor     # result_output F32 [n_vocab, n_outputs]
+    logits: be.Tensor | None       # result_output F32 [n_vocab, n_outputs] (None: embeddings)
     n_tokens: int
     n_kv: int
     n_outputs: int
+    embd: be.Tensor | None = None  # embeddings graph: result_norm F32 [n_embd, n_outputs]
 
 
 def _input(ctx, ttype, ne, name):
@@ -39,9 +40,10 @@ def _input(ctx, ttype, ne, name):
 
 
 def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
-                flash_attn: bool = True) -> ForwardGraph:
+                flash_attn: bool = True, embeddings: bool = False) -> ForwardGraph:
     """The graph of one micro-batch: n_tokens new tokens, attention over cells [0, n_kv) of the
-    unified cache `kv` (runner.kv_cache.KVCache), logits for n_outputs of the tokens."""
+    unified cache `kv` (runner.kv_cache.KVCache), logits for n_outputs of the tokens (embeddings:
+    their final-norm hidden states, result_norm, instead)."""
     from .. import backend as be
     from ..backend import TensorType
     n_layer, n_embd, head_dim = hp.n_layer, hp.n_embd, hp.head_dim
@@ -139,12 +141,16 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
 
     cur = name(ctx.rms_norm(inpL, hp.rms_eps), "norm")
     cur = name(ctx.mul(cur, w[tn("output_norm")]), "result_norm")
+    inputs = {"inp_tokens": inp_tokens, "inp_pos": inp_pos, "kq_mask": kq_mask,
+              "kv_idxs": kv_idxs, "inp_out_ids": out_ids}
+    if embeddings:
+        cur.mark_output()
+        graph.build_forward(cur)
+        return ForwardGraph(ctx, graph, inputs, None, n_tokens, n_kv, n_outputs, embd=cur)
     out_w = w.get(tn("output")) or w[tn("token_embd")]
     logits = name(ctx.mul_mat(out_w, cur), "result_output")
     logits.mark_output()
     graph.build_forward(logits)
-    inputs = {"inp_tokens": inp_tokens, "inp_pos": inp_pos, "kq_mask": kq_mask,
-              "kv_idxs": kv_idxs, "inp_out_ids": out_ids}
     return ForwardGraph(ctx, graph, inputs, logits, n_tokens, n_kv, n_outputs)
 
 
@@ -153,5 +159,7 @@ class Llama(Arch):
     name = "llama"
     rope_type = ROPE_NORMAL
 
-    def build_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn=True):
-        return llama_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn)
+    def build_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn=True,
+                    embeddings=False):
+        return llama_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn,
+                           embeddings)
