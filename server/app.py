@@ -60,9 +60,11 @@ class _Gate:
 
         try:
             refusal = self._refuse(scope)
+            if refusal is None and b"content-length" not in dict(scope.get("headers") or []):
+                receive, refusal = await self._buffer(receive)    # a chunked body
             if refusal is not None:
                 return await refusal(scope, receive, send_counted)
-            await self.app(scope, self._bounded(receive), send_counted)
+            await self.app(scope, receive, send_counted)
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
 
@@ -90,19 +92,27 @@ class _Gate:
         return APIError(413, f"the request body is larger than {self.max_body} bytes",
                         code="body_too_large").response()
 
-    def _bounded(self, receive):
-        seen = 0
-
-        async def bounded():
-            nonlocal seen
+    async def _buffer(self, receive):
+        """Read a body sent without Content-Length, up to the limit; replay it to the app."""
+        parts, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    raise APIError(413, f"the request body is larger than {self.max_body} "
-                                        "bytes", code="body_too_large")
-            return message
-        return bounded
+            if message["type"] != "http.request":
+                return _replay([message], receive), None
+            seen += len(message.get("body", b""))
+            if seen > self.max_body:
+                return receive, self._too_big()
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        whole = {"type": "http.request", "body": b"".join(parts), "more_body": False}
+        return _replay([whole], receive), None
+
+
+def _replay(messages: list, receive):
+    async def replay():
+        return messages.pop(0) if messages else await receive()
+    return replay
 
 
 def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),

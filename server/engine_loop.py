@@ -118,7 +118,8 @@ class EngineLoop:
         """Queue a job, or 503 when the queue is full (Retry-After)."""
         self.require_ready()
         waiting = self.n_waiting()
-        if waiting + job.n_choices > self.config.queue_size + self.config.parallel:
+        free_slots = max(self.config.parallel - len(self.engine.seqs), 0)
+        if waiting + job.n_choices > self.config.queue_size + free_slots:
             raise APIError(503, f"the server is busy: {waiting} sequences are queued "
                                 f"(--queue-size {self.config.queue_size}); retry later",
                            code="queue_full", headers={"Retry-After": "1"})
