@@ -275,6 +275,13 @@ class Engine:
             free = kv.n_ctx - kv.n_used()
         return free
 
+    def embed(self, ids: list[int], **kwargs):
+        """Model.embed between steps: cells come from the prefix cache if need be, and the
+        sequence id is one no running, waiting or cached sequence uses."""
+        self._free_cells(len(ids))
+        sid = self._free_ids(1)
+        return self.model.embed(ids, seq_id=None if sid is None else sid[-1], **kwargs)
+
     # ---- one step --------------------------------------------------------------------------
     def step(self) -> list[tuple[Sequence, int | None]]:
         """One forward: the sampled token of every decoding sequence plus one prefill chunk (up

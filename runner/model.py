@@ -419,12 +419,15 @@ class Model:
             raise ValueError(f"sequence {seq_id} holds cells in the KV cache; embed() needs a "
                              f"sequence of its own (seq_id=None picks a free one)")
         seq_id = int(seq_id)
-        n_free = self.n_ctx - kv.n_used()
+        if n > self.n_ctx:
+            raise ContextFullError(f"the input has {n} tokens, the context holds {self.n_ctx}; "
+                                   f"load the model with a larger n_ctx or embed a shorter text")
+        n_free = self.n_cells - kv.n_used()
         if n > n_free:
             others = f", {kv.n_used()} cells are in use by other sequences" if kv.n_used() else ""
-            raise ContextFullError(f"the input has {n} tokens, {n_free} fit in the context "
-                                   f"(n_ctx={self.n_ctx}{others}); load the model with a larger "
-                                   f"n_ctx or embed a shorter text")
+            raise ContextFullError(f"the input has {n} tokens, {n_free} fit in the KV cache "
+                                   f"({self.n_cells} cells{others}); load the model with more "
+                                   f"cells or embed a shorter text")
         want = np.zeros(n, dtype=bool)
         if pooling == "mean":
             want[:] = True

@@ -11,7 +11,6 @@ import asyncio
 import base64
 import hmac
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -505,7 +504,9 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
             check_context(len(ids), "input")
 
         def embed_all(m, batch):
-            return [np.asarray(m.embed(ids, normalize=True), dtype=np.float32) for ids in batch]
+            engine = engine_loop.engine
+            return [np.asarray(engine.embed(ids, normalize=True), dtype=np.float32)
+                    for ids in batch]
         vectors = await engine_loop.call(embed_all, lists)
         data = []
         for i, v in enumerate(vectors):
@@ -518,6 +519,24 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         metrics.prompt_tokens.inc(n)
         return {"object": "list", "data": data, "model": config.alias,
                 "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    def openapi():
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            for path in schema.get("paths", {}).values():
+                for op in path.values():
+                    responses = op.get("responses", {})
+                    if responses.pop("422", None) is not None:
+                        responses.setdefault("400", {"description": "Bad Request", "content": {
+                            "application/json": {"schema": {
+                                "$ref": "#/components/schemas/ErrorResponse"}}}})
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+    app.openapi = openapi
 
     routes = {r.path for r in app.routes if hasattr(r, "path")} - {"/v1/models/{model_id:path}"}
     app.add_middleware(_Gate, api_key=api_key, metrics=metrics, routes=routes,

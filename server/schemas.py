@@ -8,7 +8,6 @@ schema at /openapi.json is generated from these models.
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
@@ -18,7 +17,7 @@ __all__ = ["ChatCompletionRequest", "CompletionRequest", "EmbeddingRequest", "To
            "EmbeddingList", "ModelList", "ModelCard", "TokenizeResponse", "DetokenizeResponse",
            "ErrorResponse", "HealthResponse"]
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]   # no bools, no strings
 TokenId = Annotated[StrictInt, Field(ge=0)]
 
 

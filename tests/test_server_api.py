@@ -292,3 +292,36 @@ def test_sigterm_drains_a_stream_in_flight_then_exits_0(default_model_path):
     assert s.proc.wait(30) == 0
     with pytest.raises(httpx.TransportError):
         httpx.get(s.url + "/health", timeout=2)
+
+
+THINKING_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking %}{{ '<think>\\n' }}{% endif %}{% endif %}")
+
+
+def test_thinking_text_is_reasoning_content(default_model_path, tmp_path):
+    """A template that opens a think block (chat_template_kwargs enable_thinking): the model's
+    text until </think> is reasoning_content, never content; without it, all is content."""
+    path = tmp_path / "thinking.jinja"
+    path.write_text(THINKING_TEMPLATE)
+    s = Server(default_model_path, "-c", "256", "--parallel", "1", "--chat-template-file",
+               str(path))
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        kw = dict(model="SmolLM2-135M-Instruct.Q4_1", temperature=0, max_tokens=12,
+                  messages=[{"role": "user", "content": "What is 2 + 2?"}])
+        think = c.chat.completions.create(
+            extra_body={"chat_template_kwargs": {"enable_thinking": True}}, **kw)
+        msg = think.choices[0].message
+        assert msg.reasoning_content and not msg.content           # no </think> in 12 tokens
+        plain = c.chat.completions.create(**kw).choices[0].message
+        assert plain.content and plain.reasoning_content is None
+        chunks = list(c.chat.completions.create(
+            stream=True, extra_body={"chat_template_kwargs": {"enable_thinking": True}}, **kw))
+        streamed = "".join(getattr(ch.choices[0].delta, "reasoning_content", None) or ""
+                           for ch in chunks if ch.choices)
+        assert streamed == msg.reasoning_content
+    finally:
+        assert s.stop() == 0
