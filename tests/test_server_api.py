@@ -40,7 +40,7 @@ def _chat(client, **kw):
 
 
 def test_startup_answers_503_until_the_model_is_loaded(server):
-    assert server.health_seen[-1] == 200
+    assert server.health_seen[-1] == 200 and 503 in server.health_seen
     assert all(s in (503, 200) for s in server.health_seen)
     assert "listening on http://127.0.0.1:" in server.log() and "4 slots" in server.log()
 
@@ -219,6 +219,15 @@ def test_a_cancelled_stream_frees_its_slot(default_model_path):
         ok = s.client.post("/v1/chat/completions", json={**body, "stream": False,
                                                          "max_tokens": 2})
         assert ok.status_code == 200
+        # a non-streamed request whose client gives up is cancelled too
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(s.url + "/v1/chat/completions", json={**body, "stream": False},
+                       timeout=httpx.Timeout(60, read=1.0))
+        deadline = time.monotonic() + 10
+        while s.metric("cann_llm_requests_running") > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.metric("cann_llm_requests_running") == 0
+        assert s.metric("cann_llm_generation_tokens_total") < 300   # 400 were asked for
     finally:
         assert s.stop() == 0
 

@@ -132,8 +132,17 @@ def test_the_openai_client_sees_typed_errors(server):
 
 
 def test_an_api_key_server_refuses_requests_without_the_key(default_model_path):
-    s = Server(default_model_path, "-c", "128", "--parallel", "1", "--api-key", "s3cret")
+    s = Server(default_model_path, "-c", "128", "--parallel", "1", "--api-key", "s3cret",
+               "--cors-origin", "http://app.example")
     try:
+        pre = s.client.options(CHAT, headers={"Origin": "http://app.example",
+                                              "Access-Control-Request-Method": "POST",
+                                              "Access-Control-Request-Headers": "authorization"})
+        assert pre.status_code == 200
+        assert pre.headers["access-control-allow-origin"] == "http://app.example"
+        other = s.client.options(CHAT, headers={"Origin": "http://evil.example",
+                                                "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in other.headers
         assert s.client.get("/health").status_code == 200            # public
         assert s.client.get("/").status_code == 200                  # the chat page
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
