@@ -1,9 +1,9 @@
 /* test_aclnn_matmul.c - acl_host's matmul and gather ops through the CANN API: Mm / BatchMatMul /
  * Matmul and WeightQuantBatchMatmulV2 against a double-precision reference (INT4 / INT8, group /
  * channel scales, offsets, transposed views, bias), batch invariance (a row of an m=64 product is
- * bit-identical to the same row computed at m=1 and m=7, and with 1 vs 2 threads: the test re-runs
+ * bit-identical to the same row computed at m=1, 2..17, and with 1 vs 2 threads: the test re-runs
  * itself with CANN_LLM_THREADS set), IndexSelect / GatherV2 / RemainderTensorScalar, error codes.
- * CT_BENCH=1 prints decode GB/s and prefill GFLOPS for Q4_0-shaped weights.
+ * CT_BENCH=1 prints decode GB/s and batched-decode / prefill GFLOPS for Q4_0-shaped weights.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -189,6 +189,14 @@ static void test_wq_batch_invariance(wq_case c) {
     }
     CHECK(wq_run(&d, x + 40 * c.k, 7, y7) == 0);
     CHECK(memcmp(y7, y64 + 40 * c.n, (size_t)(7 * c.n) * 2) == 0);
+    /* batched-decode sizes (rows decoded in registers, several row chunks) against the blocked m=64 */
+    const int64_t ms[] = {2, 3, 4, 5, 8, 9, 13, 16, 17};
+    uint16_t *ym = malloc((size_t)(17 * c.n) * 2);
+    for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
+        CHECK(wq_run(&d, x + 5 * c.k, ms[t], ym) == 0);
+        CHECK(memcmp(ym, y64 + 5 * c.n, (size_t)(ms[t] * c.n) * 2) == 0);
+    }
+    free(ym);
     free(x), free(y64), free(y1), free(y7);
     wq_free(&d);
 }
@@ -516,12 +524,13 @@ static void bench(int64_t k, int64_t n) {
     uint16_t *x = malloc((size_t)(m * k) * 2), *y = malloc((size_t)(m * n) * 2);
     for (int64_t i = 0; i < m * k; i++) x[i] = f16((float)urand());
     void *dx = dev_from(x, (size_t)(m * k) * 2), *dy = dev_alloc((size_t)(m * n) * 2);
-    for (int pass = 0; pass < 2; pass++) {
-        int64_t mm = pass == 0 ? 1 : m;
+    const int64_t ms[] = {1, 4, 8, 16, 17, 32, m};
+    for (int pass = 0; pass < (int)(sizeof ms / sizeof ms[0]); pass++) {
+        int64_t mm = ms[pass];
         int64_t xd[2] = {mm, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {k / 32, n}, sst[2] = {1, k / 32}, yd[2] = {mm, n};
         aclTensor *tx = tensor(xd, 2, ACL_FLOAT16, NULL, dx), *tw = tensor(wd, 2, ACL_INT4, wst, d.d_w);
         aclTensor *ts = tensor(sd, 2, ACL_FLOAT16, sst, d.d_s), *ty = tensor(yd, 2, ACL_FLOAT16, NULL, dy);
-        int reps = pass == 0 ? (k * n > 4000000 ? 40 : 400) : 5;
+        int reps = mm <= 16 ? (k * n > 4000000 ? 40 : 400) : 5;
         double best = 1e9;
         for (int rep = 0; rep < reps; rep++) {
             uint64_t ws;
@@ -538,8 +547,8 @@ static void bench(int64_t k, int64_t n) {
             printf("bench Q4_0 %lldx%lld m=1: %.3f ms, %.1f GB/s of weights\n", (long long)n, (long long)k, best * 1e3,
                    wbytes / best * 1e-9);
         else
-            printf("bench Q4_0 %lldx%lld m=64: %.3f ms, %.1f GFLOPS\n", (long long)n, (long long)k, best * 1e3,
-                   2.0 * mm * k * n / best * 1e-9);
+            printf("bench Q4_0 %lldx%lld m=%lld: %.3f ms, %.1f GFLOPS\n", (long long)n, (long long)k, (long long)mm,
+                   best * 1e3, 2.0 * mm * k * n / best * 1e-9);
         aclDestroyTensor(tx), aclDestroyTensor(tw), aclDestroyTensor(ts), aclDestroyTensor(ty);
     }
     aclrtFree(dx), aclrtFree(dy);

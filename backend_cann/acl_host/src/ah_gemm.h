@@ -36,7 +36,8 @@ typedef struct ah_gemm_tile {
 
 void ah_gemm_run_tile(const ah_gemm_tile *t);
 
-/* The same product with the columns read straight from quantized rows (decode-sized m <= 3):
+/* The same product with the columns read straight from quantized rows (decode-sized m; the
+ * columns are decoded once per few rows, so the weights are read from memory once for all m):
  * column j's kp values are the bytes at w + j*ldw: INT8 (kp bytes, natural order) or INT4 (kp/2
  * bytes; within each 32-block the 16 low nibbles are elements 0,2,..,30 and come first, then the
  * 16 high nibbles; a must be packed in that order). offsets (or NULL): added to each value before

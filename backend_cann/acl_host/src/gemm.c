@@ -283,6 +283,141 @@ static T5 void q4m1_run_avx512(const ah_gemm_quant *q) {
     }
 }
 
+/* Several rows (batched decode), INT4 with 32-element groups on AVX-512: per block of Q4_RN
+ * columns, row chunks of at most Q4_RM rows each run the whole K with the same per-element
+ * sequence as q4m1_block; the columns are decoded once per block and chunk and their bytes come
+ * from L1 after the first chunk, so the weights are read from memory once for all m rows. */
+#define Q4_RM 4
+static inline __attribute__((always_inline)) T5 void q4mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
+                                                               int rm, int rn, bool offs) {
+    enum { RN = Q4_RN, RM = Q4_RM };
+    const __m512 tab0 = a5_i4tab();
+    const int64_t nblk = q->kp / 32, ldw = q->ldw, lds = q->lds, lda = q->lda;
+    const uint8_t *w = (const uint8_t *)q->w + j0 * ldw;
+    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
+    const float *a = q->a + i0 * lda;
+    const char *pf = (const char *)w + AH_GEMM_PF_BYTES;
+    const int64_t pf_step = ldw * rn / nblk;
+    __m512 tot[RM][RN];
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            tot[r][c] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        if (pf_step <= 64)
+            __builtin_prefetch(pf + blk * pf_step);
+        else
+            for (int64_t off = 0; off < pf_step; off += 64)
+                __builtin_prefetch(pf + blk * pf_step + off);
+        for (int c = 0; c < rn; c++) {
+            const __m512 tab = offs ? _mm512_add_ps(tab0, _mm512_set1_ps(of[c * lds + blk])) : tab0;
+            const __m512i nib =
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + c * ldw + blk * 16)));
+            const __m512 lo = _mm512_permutexvar_ps(nib, tab);
+            const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(nib, 4), tab);
+            const __m512 s = _mm512_set1_ps(sc ? sc[c * lds + blk] : 1.0f);
+            for (int r = 0; r < rm; r++) {
+                __m512 acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, _mm512_setzero_ps());
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, acc);
+                tot[r][c] = _mm512_fmadd_ps(acc, s, tot[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            q->c[(i0 + r) * q->ldc + j0 + c] = a5_reduce(tot[r][c]);
+}
+
+static inline __attribute__((always_inline)) T5 void q4mr_cols(const ah_gemm_quant *q, int64_t j, int rn,
+                                                              bool offs) {
+    const int64_t nchunk = (q->m + Q4_RM - 1) / Q4_RM;
+    for (int64_t ch = 0, i0 = 0; ch < nchunk; ch++) {
+        int64_t i1 = q->m * (ch + 1) / nchunk;
+        switch (i1 - i0) {
+        case 1: q4mr_block(q, i0, j, 1, rn, offs); break;
+        case 2: q4mr_block(q, i0, j, 2, rn, offs); break;
+        case 3: q4mr_block(q, i0, j, 3, rn, offs); break;
+        default: q4mr_block(q, i0, j, 4, rn, offs); break;
+        }
+        i0 = i1;
+    }
+}
+
+/* The same for INT8 columns (the Q8_0 output layer of small models): VI8 decodes each half. */
+static inline __attribute__((always_inline)) T5 void q8mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
+                                                               int rm, int rn, bool offs) {
+    enum { RN = Q4_RN, RM = Q4_RM };
+    const int64_t nblk = q->kp / 32, ldw = q->ldw, lds = q->lds, lda = q->lda;
+    const int8_t *w = q->w + j0 * ldw;
+    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
+    const float *a = q->a + i0 * lda;
+    const char *pf = (const char *)w + AH_GEMM_PF_BYTES;
+    const int64_t pf_step = ldw * rn / nblk;
+    __m512 tot[RM][RN];
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            tot[r][c] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        for (int64_t off = 0; off < pf_step; off += 64)
+            __builtin_prefetch(pf + blk * pf_step + off);
+        for (int c = 0; c < rn; c++) {
+            __m512 lo = a5_i8(w + c * ldw + blk * 32), hi = a5_i8(w + c * ldw + blk * 32 + 16);
+            if (offs) {
+                const __m512 o = _mm512_set1_ps(of[c * lds + blk]);
+                lo = _mm512_add_ps(lo, o);
+                hi = _mm512_add_ps(hi, o);
+            }
+            const __m512 s = _mm512_set1_ps(sc ? sc[c * lds + blk] : 1.0f);
+            for (int r = 0; r < rm; r++) {
+                __m512 acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, _mm512_setzero_ps());
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, acc);
+                tot[r][c] = _mm512_fmadd_ps(acc, s, tot[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            q->c[(i0 + r) * q->ldc + j0 + c] = a5_reduce(tot[r][c]);
+}
+
+static inline __attribute__((always_inline)) T5 void q8mr_cols(const ah_gemm_quant *q, int64_t j, int rn,
+                                                              bool offs) {
+    const int64_t nchunk = (q->m + Q4_RM - 1) / Q4_RM;
+    for (int64_t ch = 0, i0 = 0; ch < nchunk; ch++) {
+        int64_t i1 = q->m * (ch + 1) / nchunk;
+        switch (i1 - i0) {
+        case 1: q8mr_block(q, i0, j, 1, rn, offs); break;
+        case 2: q8mr_block(q, i0, j, 2, rn, offs); break;
+        case 3: q8mr_block(q, i0, j, 3, rn, offs); break;
+        default: q8mr_block(q, i0, j, 4, rn, offs); break;
+        }
+        i0 = i1;
+    }
+}
+
+static T5 void q8mr_run_avx512(const ah_gemm_quant *q) {
+    const bool offs = q->offsets != NULL;
+    int64_t j = 0;
+    for (; j + Q4_RN <= q->n; j += Q4_RN)
+        if (offs)
+            q8mr_cols(q, j, Q4_RN, true);
+        else
+            q8mr_cols(q, j, Q4_RN, false);
+    for (; j < q->n; j++)
+        q8mr_cols(q, j, 1, offs);
+}
+
+static T5 void q4mr_run_avx512(const ah_gemm_quant *q) {
+    const bool offs = q->offsets != NULL;
+    int64_t j = 0;
+    for (; j + Q4_RN <= q->n; j += Q4_RN)
+        if (offs)
+            q4mr_cols(q, j, Q4_RN, true);
+        else
+            q4mr_cols(q, j, Q4_RN, false);
+    for (; j < q->n; j++)
+        q4mr_cols(q, j, 1, offs);
+}
+
 /* AVX2 level without FMA (rare) falls back to the portable code. */
 static int isa_level(void) {
     static int level = -1;
@@ -317,6 +452,10 @@ void ah_gemm_run_quant(const ah_gemm_quant *q) {
     case AH_ISA_AVX512:
         if (q->m == 1 && q->int4)
             q4m1_run_avx512(q);
+        else if (q->int4 && q->group == 32)
+            q4mr_run_avx512(q);
+        else if (!q->int4 && q->group == 32 && q->m > 1)
+            q8mr_run_avx512(q);
         else
             quant_run_avx512(q);
         return;

@@ -200,14 +200,121 @@ static float widen_one(aclDataType t, const char *p) {
     return t == ACL_FLOAT16 ? ah_f16_to_f32(h) : ah_bf16_to_f32(h);
 }
 
-/* One task: query heads [h0, h0 + nh) of batch b (all on KV head g), rows [i0, i0 + ni). */
+/* A task's scratch: F32 query rows and outputs [R][D], keys / values widened FIA_KV_BLOCK at a
+ * time, per row its max and sum, its live keys (index and score, at most S) and one row of P. */
+typedef struct fia_scratch {
+    float *qf, *acc, *kvf, *rmax, *rsum, *scores;
+    int32_t *keys;
+    int64_t *n_live;
+    const int32_t **live;
+    int64_t *cur, *end;
+    uint16_t *p16;
+    int64_t S; /* the row stride of scores and keys */
+} fia_scratch;
+
+/* Builds row r's live keys: (index, bias) in key order for every key that takes part - not masked
+ * by attenMask or the window, and, when the row's pse has a bias above F16's lowest value, not at
+ * or below it (such a bias adds exp(s - 65504 - m) = 0 in F32 unless a masked score exceeds the
+ * row's max by more than 65400, which no attention row reaches: the keys take no part, as -inf
+ * ones do, with the same result bits). A row whose every bias is that low keeps them (softmax then
+ * spreads over all of them, as on the NPU). bias receives the live biases, compacted in place. */
+static int64_t fia_live_keys(const fia_job *job, int64_t b, int64_t h, int64_t i, float *bias, int32_t *keys) {
+    const fia_params *p = &job->p;
+    const int64_t S = p->s_kv;
+    int64_t j_lo = 0, j_hi = S; /* the window: keys i - pre_tokens .. i + next_tokens */
+    if (p->band) {
+        j_lo = i - p->pre_tokens > 0 ? i - p->pre_tokens : 0;
+        j_hi = i + p->next_tokens + 1 < S ? i + p->next_tokens + 1 : S;
+    }
+    const unsigned char *m = job->mask ? (const unsigned char *)job->mask + b * job->mask_s[0] + i * job->mask_s[1]
+                                       : NULL;
+    const int64_t ms = job->mask_s[2];
+    int64_t n = 0;
+    if (job->pse) {
+        const char *pse_row = job->pse + (b * job->pse_s[0] + h * job->pse_s[1] + i * job->pse_s[2]) * 2;
+        if (job->pse_s[3] == 1)
+            widen_row(p->dtype, pse_row, bias, S);
+        else
+            for (int64_t j = 0; j < S; j++)
+                bias[j] = widen_one(p->dtype, pse_row + j * job->pse_s[3] * 2);
+        bool low = false;
+        for (int64_t j = 0; j < S && !low; j++)
+            low = bias[j] > FIA_MASK_BIAS;
+        for (int64_t j = j_lo; j < j_hi; j++) {
+            float v = bias[j];
+            keys[n] = (int32_t)j;
+            bias[n] = v;
+            n += (!m || m[j * ms] == 0) && (!low || v > FIA_MASK_BIAS);
+        }
+    } else if (m) {
+        for (int64_t j = j_lo; j < j_hi; j++) {
+            keys[n] = (int32_t)j;
+            n += m[j * ms] == 0;
+        }
+        memset(bias, 0, (size_t)n * sizeof(float));
+    } else {
+        for (int64_t j = j_lo; j < j_hi; j++)
+            keys[n++] = (int32_t)j;
+        memset(bias, 0, (size_t)n * sizeof(float));
+    }
+    return n;
+}
+
+/* The rows' next FIA_KV_BLOCK keys from the lowest key any of them still needs (want(r, t):
+ * whether row r needs its live key t): their widened rows of `kv` in w->kvf (key j0 + jj at jj * D),
+ * each row's live entries [cur, end) in the block; returns j0, or -1 when no row needs any. */
+typedef bool (*fia_want_fn)(const fia_scratch *w, int64_t r, int64_t t);
+
+static int64_t fia_next_block(const fia_job *job, const fia_geom *kv, int64_t b, int64_t g, int64_t R,
+                              fia_scratch *w, fia_want_fn want) {
+    const int64_t D = job->p.head_dim;
+    int64_t j0 = INT64_MAX;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t t = w->cur[r];
+        while (t < w->n_live[r] && !want(w, r, t))
+            t++;
+        w->cur[r] = t;
+        if (t < w->n_live[r] && w->live[r][t] < j0)
+            j0 = w->live[r][t];
+    }
+    if (j0 == INT64_MAX)
+        return -1;
+    bool needed[FIA_KV_BLOCK] = {false};
+    for (int64_t r = 0; r < R; r++) {
+        int64_t t = w->cur[r];
+        for (; t < w->n_live[r] && w->live[r][t] < j0 + FIA_KV_BLOCK; t++)
+            if (want(w, r, t))
+                needed[w->live[r][t] - j0] = true;
+        w->end[r] = t;
+    }
+    int64_t nj = job->p.s_kv - j0 < FIA_KV_BLOCK ? job->p.s_kv - j0 : FIA_KV_BLOCK;
+    for (int64_t jj = 0; jj < nj; jj++)
+        if (needed[jj])
+            widen_row(job->p.dtype, kv->base + (b * kv->sb + g * kv->sn + (j0 + jj) * kv->ss) * 2,
+                      w->kvf + jj * D, D);
+    return j0;
+}
+
+static bool want_score(const fia_scratch *w, int64_t r, int64_t t) {
+    (void)w, (void)r, (void)t;
+    return true;
+}
+
+/* P . V runs for rows with a finite, non-zero sum and their keys with P != 0 */
+static bool want_value(const fia_scratch *w, int64_t r, int64_t t) {
+    return w->rsum[r] != 0.0f && w->rsum[r] == w->rsum[r] && w->scores[r * w->S + t] != 0.0f;
+}
+
+/* One task: query heads [h0, h0 + nh) of batch b (all on KV head g), rows [i0, i0 + ni). Each row
+ * works on its live keys only (fia_live_keys), in key order, so its cost follows its own keys,
+ * not the cache cells of the other sequences of a batch, and its bits do not depend on them. */
 static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64_t nh, int64_t i0,
-                     int64_t ni, float *qf, float *scores, float *kvf, float *acc, float *rmax,
-                     float *rsum, uint16_t *p16) {
+                     int64_t ni, fia_scratch *w) {
     const fia_params *p = &job->p;
     const aclDataType dt = p->dtype;
-    const int64_t D = p->head_dim, S = p->s_kv, R = nh * ni;
+    const int64_t D = p->head_dim, S = w->S, R = nh * ni;
     const int64_t es = 2;
+    float *qf = w->qf, *acc = w->acc, *kvf = w->kvf, *scores = w->scores;
 
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
@@ -215,140 +322,102 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         widen_row(dt, src, qf + r * D, D);
     }
 
-    /* The pse rows go to the score rows first. A bias at or below F16's lowest finite value (how
-     * the backend masks decode) adds exp(s - 65504 - m) = 0 in F32 whenever its row has a bias
-     * above that, unless a masked score exceeds the row's max by more than 65400, which no
-     * attention row reaches: such positions take no part, as -inf ones do, with the same result
-     * bits and no dot product or expf underflow. A row whose every bias is that low keeps them
-     * (softmax then spreads over all of them, as on the NPU). rmax holds the per-row choice until
-     * the softmax writes it. */
-    float *low_masks = rmax;
+    /* live keys per row; rows of one query position share them when the pse (if any) does not
+     * depend on the head. scores row r starts as the live keys' biases. */
+    bool shared = !job->pse || job->pse_s[1] == 0;
     for (int64_t r = 0; r < R; r++) {
-        float *row = scores + r * S;
-        low_masks[r] = 0.0f;
-        if (!job->pse) {
-            memset(row, 0, (size_t)S * sizeof(float));
+        int64_t h = h0 + r / ni, i = i0 + r % ni;
+        if (shared && r >= ni) {
+            int64_t r0 = r % ni;
+            w->live[r] = w->live[r0];
+            w->n_live[r] = w->n_live[r0];
+            memcpy(scores + r * S, scores + r0 * S, (size_t)w->n_live[r0] * sizeof(float));
             continue;
         }
-        int64_t h = h0 + r / ni, i = i0 + r % ni;
-        const char *pse_row = job->pse + (b * job->pse_s[0] + h * job->pse_s[1] + i * job->pse_s[2]) * es;
-        if (job->pse_s[3] == 1)
-            widen_row(dt, pse_row, row, S);
-        else
-            for (int64_t j = 0; j < S; j++)
-                row[j] = widen_one(dt, pse_row + j * job->pse_s[3] * es);
-        for (int64_t j = 0; j < S && low_masks[r] == 0.0f; j++)
-            if (row[j] > FIA_MASK_BIAS) low_masks[r] = 1.0f;
+        w->live[r] = w->keys + r * S;
+        w->n_live[r] = fia_live_keys(job, b, h, i, scores + r * S, w->keys + r * S);
     }
 
-    /* scores: s = (q . k) * scale + pse, -inf where masked (no dot product computed there);
-     * only keys some row still needs are widened. */
-    for (int64_t j0 = 0; j0 < S; j0 += FIA_KV_BLOCK) {
-        int64_t nj = S - j0 < FIA_KV_BLOCK ? S - j0 : FIA_KV_BLOCK;
-        bool needed[FIA_KV_BLOCK] = {false};
-        for (int64_t r = 0; r < R; r++) {
-            int64_t i = i0 + r % ni;
-            float *bias = scores + r * S + j0;
-            if (low_masks[r] != 0.0f)
-                for (int64_t jj = 0; jj < nj; jj++)
-                    if (bias[jj] <= FIA_MASK_BIAS) bias[jj] = -INFINITY;
-            if (job->mask) {
-                const unsigned char *m = (const unsigned char *)job->mask + b * job->mask_s[0] +
-                                         i * job->mask_s[1] + j0 * job->mask_s[2];
-                for (int64_t jj = 0; jj < nj; jj++)
-                    if (m[jj * job->mask_s[2]] != 0)
-                        bias[jj] = -INFINITY;
-            }
-            if (p->band)
-                for (int64_t jj = 0; jj < nj; jj++)
-                    if (j0 + jj > i + p->next_tokens || j0 + jj < i - p->pre_tokens)
-                        bias[jj] = -INFINITY;
-            for (int64_t jj = 0; jj < nj; jj++)
-                needed[jj] = needed[jj] || bias[jj] != -INFINITY;
-        }
-        for (int64_t jj = 0; jj < nj; jj++) {
-            if (!needed[jj])
-                continue;
-            const char *src =
-                job->k.base + (b * job->k.sb + g * job->k.sn + (j0 + jj) * job->k.ss) * es;
-            widen_row(dt, src, kvf + jj * D, D);
-        }
+    /* scores: s = (q . k) * scale + bias for the live keys */
+    for (int64_t r = 0; r < R; r++)
+        w->cur[r] = 0;
+    for (;;) {
+        int64_t j0 = fia_next_block(job, &job->k, b, g, R, w, want_score);
+        if (j0 < 0)
+            break;
         for (int64_t r = 0; r < R; r++) {
             const float *qr = qf + r * D;
-            float *srow = scores + r * S + j0;
-            for (int64_t jj = 0; jj < nj; jj++)
-                if (srow[jj] != -INFINITY)
-                    srow[jj] = job->dot(qr, kvf + jj * D, D) * p->scale + srow[jj];
+            float *srow = scores + r * S;
+            for (int64_t t = w->cur[r]; t < w->end[r]; t++)
+                srow[t] = job->dot(qr, kvf + (w->live[r][t] - j0) * D, D) * p->scale + srow[t];
+            w->cur[r] = w->end[r];
         }
     }
 
-    /* softmax: exact max, exp in F32, sum in key order, P rounded to the input dtype */
+    /* softmax: exact max, exp in F32, sum in key order, P rounded to the input dtype (keys that
+     * are not live hold P = 0 and add nothing) */
     for (int64_t r = 0; r < R; r++) {
+        const int64_t n = w->n_live[r];
         float *srow = scores + r * S, m = -INFINITY, sum = 0.0f;
         bool nan = false;
-        for (int64_t j = 0; j < S; j++) {
-            m = srow[j] > m ? srow[j] : m;
-            nan |= srow[j] != srow[j];
+        for (int64_t t = 0; t < n; t++) {
+            m = srow[t] > m ? srow[t] : m;
+            nan |= srow[t] != srow[t];
         }
         if (nan) { /* a NaN score (NaN in q or k) poisons the row, as softmax does on the NPU */
-            rmax[r] = NAN;
-            rsum[r] = NAN;
+            w->rmax[r] = NAN;
+            w->rsum[r] = NAN;
             continue;
         }
         if (m == -INFINITY) {
-            rmax[r] = m;
-            rsum[r] = 0.0f;
+            w->rmax[r] = m;
+            w->rsum[r] = 0.0f;
             continue;
         }
-        for (int64_t j = 0; j < S; j++) {
-            float e = srow[j] == -INFINITY ? 0.0f : expf(srow[j] - m);
+        for (int64_t t = 0; t < n; t++) {
+            float e = srow[t] == -INFINITY ? 0.0f : expf(srow[t] - m);
             sum += e;
-            srow[j] = e;
+            srow[t] = e;
         }
         if (dt == ACL_FLOAT16) {
-            ah_f32_to_f16_row(srow, p16, S);
-            ah_f16_to_f32_row(p16, srow, S);
+            ah_f32_to_f16_row(srow, w->p16, n);
+            ah_f16_to_f32_row(w->p16, srow, n);
         } else {
-            ah_f32_to_bf16_row(srow, p16, S);
-            ah_bf16_to_f32_row(p16, srow, S);
+            ah_f32_to_bf16_row(srow, w->p16, n);
+            ah_bf16_to_f32_row(w->p16, srow, n);
         }
-        rmax[r] = m;
-        rsum[r] = sum;
+        w->rmax[r] = m;
+        w->rsum[r] = sum;
     }
 
     /* P . V in F32, key order; positions with P == 0 add nothing */
     memset(acc, 0, (size_t)(R * D) * sizeof(float));
-    for (int64_t j0 = 0; j0 < S; j0 += FIA_KV_BLOCK) {
-        int64_t nj = S - j0 < FIA_KV_BLOCK ? S - j0 : FIA_KV_BLOCK;
-        bool needed[FIA_KV_BLOCK] = {false};
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t jj = 0; jj < nj && rsum[r] != 0.0f; jj++) /* the rows P . V runs for */
-                needed[jj] = needed[jj] || scores[r * S + j0 + jj] != 0.0f;
-        for (int64_t jj = 0; jj < nj; jj++) {
-            if (!needed[jj])
-                continue;
-            const char *src =
-                job->v.base + (b * job->v.sb + g * job->v.sn + (j0 + jj) * job->v.ss) * es;
-            widen_row(dt, src, kvf + jj * D, D);
-        }
+    for (int64_t r = 0; r < R; r++)
+        w->cur[r] = 0;
+    for (;;) {
+        int64_t j0 = fia_next_block(job, &job->v, b, g, R, w, want_value);
+        if (j0 < 0)
+            break;
         for (int64_t r = 0; r < R; r++) {
-            if (rsum[r] == 0.0f)
-                continue;
-            const float *prow = scores + r * S + j0;
-            for (int64_t jj = 0; jj < nj; jj++)
-                if (prow[jj] != 0.0f)
-                    job->axpy(acc + r * D, prow[jj], kvf + jj * D, D);
+            const float *prow = scores + r * S;
+            for (int64_t t = w->cur[r]; t < w->end[r]; t++)
+                if (prow[t] != 0.0f)
+                    job->axpy(acc + r * D, prow[t], kvf + (w->live[r][t] - j0) * D, D);
+            w->cur[r] = w->end[r];
         }
     }
 
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
-        float *a = acc + r * D;
-        if (rsum[r] == 0.0f)
+        float *a = acc + r * D, rsum = w->rsum[r];
+        if (rsum != rsum)
+            for (int64_t d = 0; d < D; d++)
+                a[d] = NAN;
+        else if (rsum == 0.0f)
             memset(a, 0, (size_t)D * sizeof(float));
         else
             for (int64_t d = 0; d < D; d++)
-                a[d] = a[d] / rsum[r];
+                a[d] = a[d] / rsum;
         char *dst = (char *)job->out.base + (b * job->out.sb + h * job->out.sn + i * job->out.ss) * es;
         if (dt == ACL_FLOAT16)
             ah_f32_to_f16_row(a, (uint16_t *)(void *)dst, D);
@@ -356,23 +425,32 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
             ah_f32_to_bf16_row(a, (uint16_t *)(void *)dst, D);
         if (job->lse)
             job->lse[(b * p->n_head + h) * p->s_q + i] =
-                rsum[r] == 0.0f ? INFINITY : rmax[r] + logf(rsum[r]);
+                rsum == 0.0f ? INFINITY : w->rmax[r] + logf(rsum);
     }
 }
 
 static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
     fia_job *job = ctx;
-    const int64_t D = job->p.head_dim, S = job->p.s_kv;
+    const int64_t D = job->p.head_dim, S = job->p.s_kv > 0 ? job->p.s_kv : 1;
     const int64_t R = job->chunk_heads * job->block_rows;
-    size_t floats = (size_t)(R * D * 2 + R * (S > 0 ? S : 1) + FIA_KV_BLOCK * D + R * 2 + S / 2 + 1);
-    float *buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    size_t floats = (size_t)(R * D * 2 + R * S + FIA_KV_BLOCK * D + R * 2 + S / 2 + 1);
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    size_t extra = (size_t)(R * S) * sizeof(int32_t) + (size_t)(3 * R) * sizeof(int64_t) +
+                   (size_t)R * sizeof(int32_t *);
+    char *buf = aligned_alloc(64, bytes + (extra + 63) / 64 * 64);
     if (!buf) {
         atomic_store(&job->failed, 1);
         return;
     }
-    float *qf = buf, *acc = qf + R * D, *kvf = acc + R * D, *rmax = kvf + FIA_KV_BLOCK * D;
-    float *rsum = rmax + R, *scores = rsum + R;
-    uint16_t *p16 = (uint16_t *)(void *)(scores + R * S); /* one row of P in the input dtype */
+    fia_scratch w;
+    w.qf = (float *)(void *)buf, w.acc = w.qf + R * D, w.kvf = w.acc + R * D, w.rmax = w.kvf + FIA_KV_BLOCK * D;
+    w.rsum = w.rmax + R, w.scores = w.rsum + R;
+    w.p16 = (uint16_t *)(void *)(w.scores + R * S); /* one row of P in the input dtype */
+    w.S = S;
+    w.n_live = (int64_t *)(void *)(buf + bytes);
+    w.cur = w.n_live + R, w.end = w.cur + R;
+    w.live = (const int32_t **)(void *)(w.end + R);
+    w.keys = (int32_t *)(void *)(w.live + R);
     for (int64_t u = begin; u < end; u++) {
         int64_t rb = u % job->n_row_blocks, rest = u / job->n_row_blocks;
         int64_t hc = rest % job->n_head_chunks;
@@ -383,7 +461,7 @@ static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
         nh = nh < job->chunk_heads ? nh : job->chunk_heads;
         int64_t i0 = rb * job->block_rows, ni = job->p.s_q - i0;
         ni = ni < job->block_rows ? ni : job->block_rows;
-        fia_unit(job, b, g, h0, nh, i0, ni, qf, scores, kvf, acc, rmax, rsum, p16);
+        fia_unit(job, b, g, h0, nh, i0, ni, &w);
     }
     free(buf);
 }
@@ -447,8 +525,10 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
     else if (ah_isa() == AH_ISA_AVX2)
         job->dot = dot_avx2, job->axpy = axpy_avx2;
 #endif
-    /* the split: whole GQA groups and FIA_UNIT_ROWS rows per task, heads split further when
-     * there are too few tasks for the pool (results do not depend on it) */
+    /* the split: whole GQA groups and FIA_UNIT_ROWS rows per task; when there are too few tasks
+     * for the pool, rows split further first (rows of different sequences in a batched decode
+     * read disjoint keys, while the heads of a group share theirs), then heads (results do not
+     * depend on it) */
     job->group = p->n_head / p->n_kv_head;
     job->chunk_heads = job->group;
     job->block_rows = FIA_UNIT_ROWS / job->group > 0 ? FIA_UNIT_ROWS / job->group : 1;
@@ -456,6 +536,10 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
         job->block_rows = p->s_q;
     job->n_row_blocks = (p->s_q + job->block_rows - 1) / job->block_rows;
     int64_t want = 2 * (int64_t)ah_n_threads();
+    while (job->block_rows > 1 && p->batch * p->n_kv_head * job->n_row_blocks < want) {
+        job->block_rows = (job->block_rows + 1) / 2;
+        job->n_row_blocks = (p->s_q + job->block_rows - 1) / job->block_rows;
+    }
     for (;;) {
         job->n_head_chunks = (job->group + job->chunk_heads - 1) / job->chunk_heads;
         int64_t units = p->batch * p->n_kv_head * job->n_head_chunks * job->n_row_blocks;

@@ -5,8 +5,9 @@
  * unit does for F16 / BF16 (F32 accumulation). cubeMathType is validated; FP32 inputs compute in
  * FP32 except USE_FP16 (2), which rounds them to F16 first as the hardware does.
  * WeightQuantBatchMatmulV2: y = x @ ((weight + offset) * scale) (+ bias), INT8 / INT4 weights
- * per-tensor, per-channel or per-group scales; decode-sized m streams the quantized weight once
- * and dequantizes in registers, larger m dequantizes a tile of columns once and reuses it.
+ * per-tensor, per-channel or per-group scales; decode-sized m (one row or a batch of decoding
+ * sequences, up to WQ_MAX_DIRECT_M) streams the quantized weight once and dequantizes in
+ * registers for all rows, larger m dequantizes a tile of columns once and reuses it.
  * Work is split over output columns (never over K); every output element follows one fixed
  * sequence, so results do not depend on m, the other rows or the thread count.
  */
@@ -20,7 +21,11 @@
 
 #define MM_MAX_BATCH 4
 #define WQ_MIN_CHUNK_WEIGHTS 65536
-#define WQ_MIN_PARALLEL (1 << 21)
+#define WQ_MIN_PARALLEL (1 << 21)       /* one row: memory-bound, a worker costs more than it saves */
+#define WQ_MIN_PARALLEL_ROWS (1 << 19)  /* several rows: compute-bound, worth splitting sooner */
+#ifndef WQ_MAX_DIRECT_M
+#define WQ_MAX_DIRECT_M 16 /* up to this many rows decode the weights in registers (batched decode) */
+#endif
 #ifndef WQ_PF_TILES
 #define WQ_PF_TILES 3
 #endif
@@ -392,7 +397,7 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
      * not directly usable, and the F32 tile / outputs for the blocked path */
     size_t qbytes = (size_t)(p->int4 ? kp / 2 : kp);
     bool direct_cols = p->w_transposed && p->k % AH_GEMM_KALIGN == 0;
-    bool blocked = p->m > 3;
+    bool blocked = p->m > WQ_MAX_DIRECT_M;
     size_t need = (size_t)(2 * nt * c->ngroups) * sizeof(float) + (direct_cols ? 0 : nt * qbytes) +
                   (blocked ? (size_t)(nt * kp) * sizeof(float) : 0) + (size_t)(p->m * nt) * sizeof(float);
     char *mem = malloc(need);
@@ -511,20 +516,21 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     c.kp = round_up(p->k, AH_GEMM_KALIGN);
     c.gsize = p->mode == SCALE_GROUP ? p->group : c.kp;
     c.ngroups = p->mode == SCALE_GROUP ? (p->k + p->group - 1) / p->group : 1;
-    c.nt = p->m > 3 ? tile_cols(c.kp) : 16;
+    c.nt = p->m > WQ_MAX_DIRECT_M ? tile_cols(c.kp) : 16;
     c.ntiles = (p->n + c.nt - 1) / c.nt;
     float *apack = malloc((size_t)(p->m * c.kp) * sizeof(float));
     if (!apack)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
     ah_parallel_for(p->m, 64, wq_pack_x, &c);
-    /* Waking a worker costs tens of microseconds on a virtual machine: a product of fewer
-     * than WQ_MIN_PARALLEL multiply-adds (every decode-sized projection of a small model but
-     * its output layer) runs on the calling thread; otherwise a chunk does at least
+    /* Waking a worker costs tens of microseconds on a virtual machine: a one-row product of
+     * fewer than WQ_MIN_PARALLEL multiply-adds (every decode-sized projection of a small model but
+     * its output layer) runs on the calling thread, and so does a several-row one (batched decode,
+     * compute-bound) under WQ_MIN_PARALLEL_ROWS; otherwise a chunk does at least
      * WQ_MIN_CHUNK_WEIGHTS weight x row products (rows counted up to 4). */
     int64_t tile_weights = c.kp * c.nt * (p->m < 4 ? p->m : 4);
     int64_t grain = (WQ_MIN_CHUNK_WEIGHTS + tile_weights - 1) / tile_weights;
-    if (c.kp * p->n * p->m < WQ_MIN_PARALLEL)
+    if (c.kp * p->n * p->m < (p->m > 1 ? WQ_MIN_PARALLEL_ROWS : WQ_MIN_PARALLEL))
         grain = c.ntiles;
     ah_parallel_for(c.ntiles, grain, wq_tiles, &c);
     free(apack);
