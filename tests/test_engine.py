@@ -302,3 +302,25 @@ def test_logprobs_are_the_raw_log_softmax(smol):
     logits = smol.logits(prompt)[-1].astype(np.float64)
     expect = logits[seq.generated[0]] - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
     assert abs(lp[0].logprob - expect) < 1e-6
+
+
+def test_attention_does_not_depend_on_where_a_sequence_cells_are(smol):
+    """A sequence whose later positions sit in lower cells than its earlier ones (as after
+    preemption, frees by other sequences, or a shared cached prefix) gets the logits bits it
+    gets in contiguous cells: acl_host's attention sums do not depend on the keys' order."""
+    import numpy as np
+    from cann_llm.model import Batch
+    prompt = _requests(smol)[1][0]
+    smol.kv.clear()
+    alone = smol.decode(Batch.sequence(prompt, seq_id=0))
+    smol.kv.clear()
+    filler = list(range(100, 140))
+    smol.decode(Batch.sequence(filler, seq_id=1))              # cells 0..39
+    half = len(prompt) // 2
+    smol.decode(Batch.sequence(prompt[:half], seq_id=0))       # cells 40..
+    smol.kv.seq_rm(1)                                          # holes at 0..39
+    scattered = smol.decode(Batch.sequence(prompt[half:], start_pos=half, seq_id=0))
+    cells = np.flatnonzero(smol.kv.seq == 1)                   # seq 0's bit
+    assert smol.kv.pos[cells[0]] > smol.kv.pos[cells[-1]]      # later positions, lower cells
+    smol.kv.clear()
+    assert np.array_equal(scattered, alone)

@@ -20,9 +20,13 @@
  * Arithmetic, as the NPU's cube and vector units do it: F16/BF16 inputs widened to F32; each
  * score is one F32 dot product over D in a fixed order (16 lanes, lane l takes d = l mod 16, then
  * a fixed pairwise tree), times scale, plus the pse widened to F32; a row's softmax is two-pass
- * (exact max, then exp(s - max) in F32, row sum in F32 in key order); the probabilities are
- * rounded to the input dtype (the cube unit multiplies F16/BF16 operands) and P . V accumulates in
- * F32 in key order; out = acc / sum, rounded to nearest even. A position masked to -inf (attenMask,
+ * (exact max, then exp(s - max) in F32, row sum in F64); the probabilities are rounded to the
+ * input dtype (the cube unit multiplies F16/BF16 operands) and P . V accumulates in F64 (each
+ * product of two F16/BF16 values is exact there); out = acc / sum, rounded to F32, then to the
+ * output dtype, nearest even. The F64 sums make a row's output independent of the order of its
+ * keys, so a sequence whose cells are scattered, reordered by preemption or shared from a cached
+ * prefix gets the bits it gets with its keys in position order (the NPU sums in F32 in its own
+ * tiling order; the outputs agree within F16 rounding). A position masked to -inf (attenMask,
  * window, or a -inf pse) takes no part. A row with every position masked gives zeros (the
  * innerPrecise row-invalid correction, applied in every mode) and softmaxLse +inf; a row with a
  * NaN score (NaN in q or k) comes out NaN, as IEEE softmax gives, never as quiet zeros. innerPrecise
@@ -115,9 +119,12 @@ static float dot_scalar(const float *a, const float *b, int64_t n) {
     return reduce16(acc);
 }
 
-static void axpy_scalar(float *acc, float p, const float *v, int64_t n) {
+/* acc += p * v in F64: p and v hold F16/BF16 values, so each product is exact and the sum does
+ * not depend on the order the keys come in (except for sums spanning more than 2^53, which no
+ * attention row reaches): a row's output is the same whichever cells its keys sit in */
+static void axpy_scalar(double *acc, float p, const float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        acc[i] += p * v[i];
+        acc[i] += (double)p * (double)v[i];
 }
 
 #ifdef AH_X86
@@ -137,12 +144,12 @@ __attribute__((target("avx2"))) static float dot_avx2(const float *a, const floa
     return hsum8_avx2(_mm256_add_ps(lo, hi)); /* l + l+8 */
 }
 
-__attribute__((target("avx2"))) static void axpy_avx2(float *acc, float p, const float *v,
+__attribute__((target("avx2"))) static void axpy_avx2(double *acc, float p, const float *v,
                                                       int64_t n) {
-    __m256 pv = _mm256_set1_ps(p);
-    for (int64_t i = 0; i < n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i),
-                                                _mm256_mul_ps(pv, _mm256_loadu_ps(v + i))));
+    __m256d pv = _mm256_set1_pd((double)p);
+    for (int64_t i = 0; i < n; i += 4)
+        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i),
+                                                _mm256_mul_pd(pv, _mm256_cvtps_pd(_mm_loadu_ps(v + i)))));
 }
 
 __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b,
@@ -155,17 +162,17 @@ __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const
     return hsum8_avx2(_mm256_add_ps(lo, hi));
 }
 
-__attribute__((target("avx512f"))) static void axpy_avx512(float *acc, float p, const float *v,
+__attribute__((target("avx512f"))) static void axpy_avx512(double *acc, float p, const float *v,
                                                            int64_t n) {
-    __m512 pv = _mm512_set1_ps(p);
-    for (int64_t i = 0; i < n; i += 16)
-        _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i),
-                                                _mm512_mul_ps(pv, _mm512_loadu_ps(v + i))));
+    __m512d pv = _mm512_set1_pd((double)p);
+    for (int64_t i = 0; i < n; i += 8)
+        _mm512_storeu_pd(acc + i, _mm512_add_pd(_mm512_loadu_pd(acc + i),
+                                                _mm512_mul_pd(pv, _mm512_cvtps_pd(_mm256_loadu_ps(v + i)))));
 }
 #endif
 
 typedef float (*dot_fn)(const float *, const float *, int64_t);
-typedef void (*axpy_fn)(float *, float, const float *, int64_t);
+typedef void (*axpy_fn)(double *, float, const float *, int64_t);
 
 /* ---- the kernel --------------------------------------------------------------------------------- */
 typedef struct fia_job {
@@ -203,7 +210,8 @@ static float widen_one(aclDataType t, const char *p) {
 /* A task's scratch: F32 query rows and outputs [R][D], keys / values widened FIA_KV_BLOCK at a
  * time, per row its max and sum, its live keys (index and score, at most S) and one row of P. */
 typedef struct fia_scratch {
-    float *qf, *acc, *kvf, *rmax, *rsum, *scores;
+    float *qf, *kvf, *rmax, *scores;
+    double *acc, *rsum; /* F64: P . V and the row sums do not depend on the keys' order */
     int32_t *keys;
     int64_t *n_live;
     const int32_t **live;
@@ -302,7 +310,7 @@ static bool want_score(const fia_scratch *w, int64_t r, int64_t t) {
 
 /* P . V runs for rows with a finite, non-zero sum and their keys with P != 0 */
 static bool want_value(const fia_scratch *w, int64_t r, int64_t t) {
-    return w->rsum[r] != 0.0f && w->rsum[r] == w->rsum[r] && w->scores[r * w->S + t] != 0.0f;
+    return w->rsum[r] != 0.0 && w->rsum[r] == w->rsum[r] && w->scores[r * w->S + t] != 0.0f;
 }
 
 /* One task: query heads [h0, h0 + nh) of batch b (all on KV head g), rows [i0, i0 + ni). Each row
@@ -314,7 +322,8 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
     const aclDataType dt = p->dtype;
     const int64_t D = p->head_dim, S = w->S, R = nh * ni;
     const int64_t es = 2;
-    float *qf = w->qf, *acc = w->acc, *kvf = w->kvf, *scores = w->scores;
+    float *qf = w->qf, *kvf = w->kvf, *scores = w->scores;
+    double *acc = w->acc;
 
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
@@ -354,11 +363,12 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         }
     }
 
-    /* softmax: exact max, exp in F32, sum in key order, P rounded to the input dtype (keys that
+    /* softmax: exact max, exp in F32, sum in F64, P rounded to the input dtype (keys that
      * are not live hold P = 0 and add nothing) */
     for (int64_t r = 0; r < R; r++) {
         const int64_t n = w->n_live[r];
-        float *srow = scores + r * S, m = -INFINITY, sum = 0.0f;
+        float *srow = scores + r * S, m = -INFINITY;
+        double sum = 0.0;
         bool nan = false;
         for (int64_t t = 0; t < n; t++) {
             m = srow[t] > m ? srow[t] : m;
@@ -371,12 +381,12 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         }
         if (m == -INFINITY) {
             w->rmax[r] = m;
-            w->rsum[r] = 0.0f;
+            w->rsum[r] = 0.0;
             continue;
         }
         for (int64_t t = 0; t < n; t++) {
             float e = srow[t] == -INFINITY ? 0.0f : expf(srow[t] - m);
-            sum += e;
+            sum += (double)e;
             srow[t] = e;
         }
         if (dt == ACL_FLOAT16) {
@@ -390,8 +400,8 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         w->rsum[r] = sum;
     }
 
-    /* P . V in F32, key order; positions with P == 0 add nothing */
-    memset(acc, 0, (size_t)(R * D) * sizeof(float));
+    /* P . V in F64; positions with P == 0 add nothing */
+    memset(acc, 0, (size_t)(R * D) * sizeof(double));
     for (int64_t r = 0; r < R; r++)
         w->cur[r] = 0;
     for (;;) {
@@ -409,15 +419,16 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
 
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
-        float *a = acc + r * D, rsum = w->rsum[r];
+        float *a = qf + r * D; /* the query row is done with: it takes the output */
+        const double *ad = acc + r * D, rsum = w->rsum[r];
         if (rsum != rsum)
             for (int64_t d = 0; d < D; d++)
                 a[d] = NAN;
-        else if (rsum == 0.0f)
+        else if (rsum == 0.0)
             memset(a, 0, (size_t)D * sizeof(float));
         else
             for (int64_t d = 0; d < D; d++)
-                a[d] = a[d] / rsum;
+                a[d] = (float)(ad[d] / rsum);
         char *dst = (char *)job->out.base + (b * job->out.sb + h * job->out.sn + i * job->out.ss) * es;
         if (dt == ACL_FLOAT16)
             ah_f32_to_f16_row(a, (uint16_t *)(void *)dst, D);
@@ -425,7 +436,7 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
             ah_f32_to_bf16_row(a, (uint16_t *)(void *)dst, D);
         if (job->lse)
             job->lse[(b * p->n_head + h) * p->s_q + i] =
-                rsum == 0.0f ? INFINITY : w->rmax[r] + logf(rsum);
+                rsum == 0.0 ? INFINITY : w->rmax[r] + (float)log(rsum);
     }
 }
 
@@ -433,8 +444,9 @@ static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
     fia_job *job = ctx;
     const int64_t D = job->p.head_dim, S = job->p.s_kv > 0 ? job->p.s_kv : 1;
     const int64_t R = job->chunk_heads * job->block_rows;
-    size_t floats = (size_t)(R * D * 2 + R * S + FIA_KV_BLOCK * D + R * 2 + S / 2 + 1);
-    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    size_t doubles = (size_t)(R * D + R);
+    size_t floats = (size_t)(R * D + R * S + FIA_KV_BLOCK * D + R + S / 2 + 1);
+    size_t bytes = (doubles * sizeof(double) + floats * sizeof(float) + 63) / 64 * 64;
     size_t extra = (size_t)(R * S) * sizeof(int32_t) + (size_t)(3 * R) * sizeof(int64_t) +
                    (size_t)R * sizeof(int32_t *);
     char *buf = aligned_alloc(64, bytes + (extra + 63) / 64 * 64);
@@ -443,8 +455,9 @@ static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
         return;
     }
     fia_scratch w;
-    w.qf = (float *)(void *)buf, w.acc = w.qf + R * D, w.kvf = w.acc + R * D, w.rmax = w.kvf + FIA_KV_BLOCK * D;
-    w.rsum = w.rmax + R, w.scores = w.rsum + R;
+    w.acc = (double *)(void *)buf, w.rsum = w.acc + R * D;
+    w.qf = (float *)(void *)(w.rsum + R), w.kvf = w.qf + R * D, w.rmax = w.kvf + FIA_KV_BLOCK * D;
+    w.scores = w.rmax + R;
     w.p16 = (uint16_t *)(void *)(w.scores + R * S); /* one row of P in the input dtype */
     w.S = S;
     w.n_live = (int64_t *)(void *)(buf + bytes);
