@@ -172,7 +172,8 @@ class Engine:
 
     @property
     def n_waiting(self) -> int:
-        return sum(1 + len(s.forks) for s in self.waiting)
+        """Sequences queued (readable from another thread: it iterates a snapshot)."""
+        return sum(1 + len(s.forks) for s in list(self.waiting))
 
     def _taken_ids(self) -> set:
         return set(self.seqs) | set(self.cache)

@@ -28,7 +28,7 @@ from .sched import DeviceSlot, Scheduler
 
 __all__ = ["load", "Model", "ContextFullError", "NonFiniteLogitsError", "Batch", "parse_devices"]
 
-_MAX_GRAPHS = 8
+_MAX_GRAPHS = 32       # decode graphs for each batch size a server runs (1..slots) x n_kv steps
 _SP = SamplingParams()           # the sampling defaults generate() shows in its signature
 
 
