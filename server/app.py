@@ -325,6 +325,7 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                     yield sse({**head, "choices": [{"index": o.index, "delta": {
                         "role": "assistant", "content": ""}, "logprobs": None,
                         "finish_reason": None}]})
+            left, u = job.n_choices, None
             try:
                 async for evs in events(job):
                     for ev in evs:
@@ -340,14 +341,18 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                             yield sse({**head, "choices": [
                                 delta(o, reasoning, content, lps, None, chat)]})
                         if ev.finish_reason is not None:
-                            yield sse({**head, "choices": [
-                                delta(o, "", "", [], ev.finish_reason, chat)]})
+                            left -= 1
+                            last = {**head, "choices": [
+                                delta(o, "", "", [], public_reason(ev.finish_reason), chat)]}
+                            if not left:   # the chunk that ends the response carries usage
+                                u = usage(job, outs)
+                                last["usage"] = u
+                            yield sse(last)
             except Exception as exc:     # after the 200: the error travels as an event
                 yield sse(engine_error(exc).body())
                 yield "data: [DONE]\n\n"
                 finished = True
                 return
-            u = usage(job, outs)
             if include_usage:
                 yield sse({**head, "choices": [], "usage": u})
             yield "data: [DONE]\n\n"

@@ -71,9 +71,13 @@ def test_streaming_gives_the_same_text_with_role_first_and_usage(client):
     finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finals) == 1 and finals[0].choices[0].finish_reason == "stop"
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
-    # without include_usage there is no usage chunk
+    # without include_usage there is no usage chunk, but the chunk that ends the response
+    # carries usage anyway (many clients never ask for it)
     plain = list(_chat(client, stream=True))
     assert all(c.choices for c in plain)
+    assert plain[-1].choices[0].finish_reason == "stop"
+    assert plain[-1].usage.completion_tokens == chunks[-1].usage.completion_tokens
+    assert all(c.usage is None for c in plain[:-1])
 
 
 def test_stream_is_server_sent_events_ending_in_done(server):
