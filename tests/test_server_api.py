@@ -208,9 +208,9 @@ def test_a_cancelled_stream_frees_its_slot(default_model_path):
         body = {"messages": [{"role": "user", "content": "Write a very long story."}],
                 "max_tokens": 400, "temperature": 0, "stream": True}
         with s.client.stream("POST", "/v1/chat/completions", json=body) as r:
-            for i, _ in enumerate(r.iter_lines()):
-                if i > 6:
-                    break
+            lines = r.iter_lines()   # held: a dropped iterator closes the response (a cancel)
+            for _ in range(7):
+                next(lines)
             # the only slot is busy and the queue holds nothing: a second request is refused
             busy = s.client.post("/v1/chat/completions", json={**body, "stream": False,
                                                                "max_tokens": 2})
