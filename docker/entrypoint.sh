@@ -4,12 +4,13 @@
 # first argument is not a flag it is run as a command instead (`docker run IMAGE cann-llm devices`).
 set -euo pipefail
 
-# The CANN toolkit images export their paths as ENV; set_env.sh adds the rest when present.
+# The CANN toolkit images export their paths as ENV; set_env.sh adds the rest when present (it is
+# not written for `set -eu`).
 if [ -f /usr/local/Ascend/ascend-toolkit/set_env.sh ]; then
-  set +u
+  set +eu
   # shellcheck disable=SC1091
   . /usr/local/Ascend/ascend-toolkit/set_env.sh
-  set -u
+  set -eu
 fi
 
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
