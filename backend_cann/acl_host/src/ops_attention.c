@@ -17,9 +17,10 @@
  * runs: phase 1 cannot see device data); and a decode (Sq = 1) attenMask is ignored past key 512
  * (vllm-ascend issue #15503), so one over more than 512 keys is refused.
  *
- * Arithmetic, as the NPU's cube and vector units do it: F16/BF16 inputs widened to F32; each
- * score is one F32 dot product over D in a fixed order (16 lanes, lane l takes d = l mod 16, then
- * a fixed pairwise tree), times scale, plus the pse widened to F32; a row's softmax is two-pass
+ * Arithmetic, as the NPU's cube and vector units do it: F16/BF16 inputs widened to F32 (K and V
+ * in registers as they are read, in place in the cache: both widenings are exact); each score is
+ * one F32 dot product over D in a fixed order (16 lanes, lane l takes d = l mod 16, then a fixed
+ * pairwise tree), times scale, plus the pse widened to F32; a row's softmax is two-pass
  * (exact max, then exp(s - max) in F32, row sum in F64); the probabilities are rounded to the
  * input dtype (the cube unit multiplies F16/BF16 operands) and P . V accumulates in F64 (each
  * product of two F16/BF16 values is exact there); out = acc / sum, rounded to F32, then to the
@@ -33,9 +34,10 @@
  * bit 0 (high performance) does not change the host arithmetic.
  *
  * Work is split over (batch, KV head, query-head chunk, query-row block); every query row is
- * computed alone in the same order whatever the split, so a row's output is bit-identical for any
- * batch size, other rows or thread count, and every ISA path (AVX-512, AVX2, scalar) gives the
- * same bits (no fused multiply-add).
+ * computed alone, over its own list of live keys, in the same order whatever the split (so its
+ * cost follows its own keys, not the cells of the other sequences of a batched decode, which
+ * interleave with its own), and its output is bit-identical for any batch size, other rows or
+ * thread count; every ISA path (AVX-512, AVX2, scalar) gives the same bits (no fused multiply-add).
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -59,7 +61,6 @@
 #define FIA_MAX_BATCH 65536
 #define FIA_MASK_BIAS (-65504.0f) /* F16's lowest finite value */
 #define FIA_DECODE_MASK_MAX 512 /* keys a decode attenMask is honoured for on hardware */
-#define FIA_KV_BLOCK 32   /* keys / values widened to F32 at a time */
 #define FIA_UNIT_ROWS 32  /* query rows a task aims for */
 #define FIA_MIN_PARALLEL_MACS (1 << 20) /* below this the whole op runs on the calling thread */
 
@@ -103,76 +104,198 @@ static void layout_geom(const aclTensor *t, fia_layout layout, int64_t n_head, i
     }
 }
 
-/* ---- vector kernels: dot products in the fixed 16-lane order, and acc += p * v -------------- */
-static float reduce16(float *acc) {
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++)
-            acc[l] += acc[l + w];
-    return acc[0];
+/* ---- vector kernels ------------------------------------------------------------------------------
+ * K and V are read as stored (F16 or BF16) and widened in registers; both widenings are exact.
+ * fia_scores: s[t] = (q . k[keys[t]]) * scale + s[t], each dot in the fixed 16-lane order (lane l
+ * takes d = l mod 16, then lanes l + 8, l + 4, l + 2, l + 1 pairwise).
+ * fia_pv: acc += p[t] * v[keys[t]] in F64 for every t with p[t] != 0, in t order. p and v hold
+ * F16/BF16 values, so each product is exact and the sum does not depend on the order the keys come
+ * in (except for sums spanning more than 2^53, which no attention row reaches): a row's output is
+ * the same whichever cells its keys sit in. kv_stride: bytes from one key's row to the next. */
+typedef void (*fia_scores_fn)(const float *q, const char *k, int64_t kv_stride,
+                              const int32_t *keys, int64_t n, int64_t D, float scale, float *s);
+typedef void (*fia_pv_fn)(double *acc, const char *v, int64_t kv_stride, const int32_t *keys,
+                          const float *p, int64_t n, int64_t D);
+
+static inline float load_half(const char *row, int64_t d, bool bf16) {
+    uint16_t h;
+    memcpy(&h, row + 2 * d, 2);
+    return bf16 ? ah_bf16_to_f32(h) : ah_f16_to_f32(h);
 }
 
-static float dot_scalar(const float *a, const float *b, int64_t n) {
-    float acc[16] = {0};
-    for (int64_t i = 0; i < n; i += 16)
-        for (int l = 0; l < 16; l++)
-            acc[l] += a[i + l] * b[i + l];
-    return reduce16(acc);
+static inline __attribute__((always_inline)) void scores_scalar(const float *q, const char *k,
+                                                                int64_t ks, const int32_t *keys,
+                                                                int64_t n, int64_t D, float scale,
+                                                                float *s, bool bf16) {
+    for (int64_t t = 0; t < n; t++) {
+        const char *row = k + keys[t] * ks;
+        float acc[16] = {0};
+        for (int64_t i = 0; i < D; i += 16)
+            for (int l = 0; l < 16; l++)
+                acc[l] += q[i + l] * load_half(row, i + l, bf16);
+        for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++)
+                acc[l] += acc[l + w];
+        s[t] = acc[0] * scale + s[t];
+    }
 }
 
-/* acc += p * v in F64: p and v hold F16/BF16 values, so each product is exact and the sum does
- * not depend on the order the keys come in (except for sums spanning more than 2^53, which no
- * attention row reaches): a row's output is the same whichever cells its keys sit in */
-static void axpy_scalar(double *acc, float p, const float *v, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        acc[i] += (double)p * (double)v[i];
+static inline __attribute__((always_inline)) void pv_scalar(double *acc, const char *v, int64_t vs,
+                                                            const int32_t *keys, const float *p,
+                                                            int64_t n, int64_t D, bool bf16) {
+    for (int64_t t = 0; t < n; t++) {
+        if (p[t] == 0.0f)
+            continue;
+        const char *row = v + keys[t] * vs;
+        for (int64_t d = 0; d < D; d++)
+            acc[d] += (double)p[t] * (double)load_half(row, d, bf16);
+    }
 }
+
+#define FIA_KERNELS(isa, attr)                                                                     \
+    attr static void scores_f16_##isa(const float *q, const char *k, int64_t ks,                  \
+                                      const int32_t *keys, int64_t n, int64_t D, float scale,     \
+                                      float *s) {                                                 \
+        scores_##isa(q, k, ks, keys, n, D, scale, s, false);                                      \
+    }                                                                                             \
+    attr static void scores_bf16_##isa(const float *q, const char *k, int64_t ks,                 \
+                                       const int32_t *keys, int64_t n, int64_t D, float scale,    \
+                                       float *s) {                                                \
+        scores_##isa(q, k, ks, keys, n, D, scale, s, true);                                       \
+    }                                                                                             \
+    attr static void pv_f16_##isa(double *acc, const char *v, int64_t vs, const int32_t *keys,    \
+                                  const float *p, int64_t n, int64_t D) {                         \
+        pv_##isa(acc, v, vs, keys, p, n, D, false);                                               \
+    }                                                                                             \
+    attr static void pv_bf16_##isa(double *acc, const char *v, int64_t vs, const int32_t *keys,   \
+                                   const float *p, int64_t n, int64_t D) {                        \
+        pv_##isa(acc, v, vs, keys, p, n, D, true);                                                \
+    }
+
+FIA_KERNELS(scalar, )
 
 #ifdef AH_X86
-__attribute__((target("avx2"))) static inline float hsum8_avx2(__m256 h) {
+#define T2 __attribute__((target("avx2,f16c"), always_inline)) static inline
+#define T5 __attribute__((target("avx512f,avx2,f16c"), always_inline)) static inline
+
+T2 __m256 load8_avx2(const char *row, bool bf16) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)row);
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                : _mm256_cvtph_ps(h);
+}
+
+T2 float hsum8_avx2(__m256 h) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)); /* l + l+4 */
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));                                         /* l + l+2 */
     x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                     /* l + l+1 */
     return _mm_cvtss_f32(x);
 }
 
-__attribute__((target("avx2"))) static float dot_avx2(const float *a, const float *b, int64_t n) {
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-        hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
+T2 void scores_avx2(const float *q, const char *k, int64_t ks, const int32_t *keys, int64_t n,
+                    int64_t D, float scale, float *s, bool bf16) {
+    for (int64_t t = 0; t < n; t++) {
+        const char *row = k + keys[t] * ks;
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(); /* lanes 0-7, 8-15 */
+        for (int64_t i = 0; i < D; i += 16) {
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(q + i), load8_avx2(row + 2 * i, bf16)));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(q + i + 8),
+                                                 load8_avx2(row + 2 * i + 16, bf16)));
+        }
+        s[t] = hsum8_avx2(_mm256_add_ps(lo, hi)) * scale + s[t]; /* l + l+8 first */
     }
-    return hsum8_avx2(_mm256_add_ps(lo, hi)); /* l + l+8 */
 }
 
-__attribute__((target("avx2"))) static void axpy_avx2(double *acc, float p, const float *v,
-                                                      int64_t n) {
-    __m256d pv = _mm256_set1_pd((double)p);
-    for (int64_t i = 0; i < n; i += 4)
-        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i),
-                                                _mm256_mul_pd(pv, _mm256_cvtps_pd(_mm_loadu_ps(v + i)))));
+/* acc[0, W) += p[t] * v[keys[t]][0, W) with the W doubles of acc held in registers */
+T2 void pv_block_avx2(double *acc, const char *v, int64_t vs, const int32_t *keys, const float *p,
+                      int64_t n, int W, bool bf16) {
+    __m256d a[8];
+    for (int c = 0; c < W / 4; c++)
+        a[c] = _mm256_loadu_pd(acc + 4 * c);
+    for (int64_t t = 0; t < n; t++) {
+        if (p[t] == 0.0f)
+            continue;
+        const __m256d pv = _mm256_set1_pd((double)p[t]);
+        const char *row = v + keys[t] * vs;
+        for (int c = 0; c < W / 8; c++) {
+            __m256 x = load8_avx2(row + 16 * c, bf16);
+            a[2 * c] = _mm256_add_pd(a[2 * c], _mm256_mul_pd(pv, _mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+            a[2 * c + 1] = _mm256_add_pd(a[2 * c + 1],
+                                         _mm256_mul_pd(pv, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+        }
+    }
+    for (int c = 0; c < W / 4; c++)
+        _mm256_storeu_pd(acc + 4 * c, a[c]);
 }
 
-__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b,
-                                                           int64_t n) {
+T2 void pv_avx2(double *acc, const char *v, int64_t vs, const int32_t *keys, const float *p,
+                int64_t n, int64_t D, bool bf16) {
+    int64_t d = 0;
+    for (; d + 32 <= D; d += 32)
+        pv_block_avx2(acc + d, v + 2 * d, vs, keys, p, n, 32, bf16);
+    for (; d < D; d += 16)
+        pv_block_avx2(acc + d, v + 2 * d, vs, keys, p, n, 16, bf16);
+}
+
+T5 __m512 load16_avx512(const char *row, bool bf16) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)row);
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                : _mm512_cvtph_ps(h);
+}
+
+T5 float dot16_avx512(const float *q, const char *row, int64_t D, bool bf16) {
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16)
-        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    for (int64_t i = 0; i < D; i += 16)
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + i), load16_avx512(row + 2 * i, bf16)));
     __m256 lo = _mm512_castps512_ps256(acc);
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-    return hsum8_avx2(_mm256_add_ps(lo, hi));
+    return hsum8_avx2(_mm256_add_ps(lo, hi)); /* l + l+8 first */
 }
 
-__attribute__((target("avx512f"))) static void axpy_avx512(double *acc, float p, const float *v,
-                                                           int64_t n) {
-    __m512d pv = _mm512_set1_pd((double)p);
-    for (int64_t i = 0; i < n; i += 8)
-        _mm512_storeu_pd(acc + i, _mm512_add_pd(_mm512_loadu_pd(acc + i),
-                                                _mm512_mul_pd(pv, _mm512_cvtps_pd(_mm256_loadu_ps(v + i)))));
+T5 void scores_avx512(const float *q, const char *k, int64_t ks, const int32_t *keys, int64_t n,
+                      int64_t D, float scale, float *s, bool bf16) {
+    if (D == 64) /* the common head dim, unrolled */
+        for (int64_t t = 0; t < n; t++)
+            s[t] = dot16_avx512(q, k + keys[t] * ks, 64, bf16) * scale + s[t];
+    else
+        for (int64_t t = 0; t < n; t++)
+            s[t] = dot16_avx512(q, k + keys[t] * ks, D, bf16) * scale + s[t];
 }
+
+T5 void pv_block_avx512(double *acc, const char *v, int64_t vs, const int32_t *keys,
+                        const float *p, int64_t n, int W, bool bf16) {
+    __m512d a[8];
+    for (int c = 0; c < W / 8; c++)
+        a[c] = _mm512_loadu_pd(acc + 8 * c);
+    for (int64_t t = 0; t < n; t++) {
+        if (p[t] == 0.0f)
+            continue;
+        const __m512d pv = _mm512_set1_pd((double)p[t]);
+        const char *row = v + keys[t] * vs;
+        for (int c = 0; c < W / 16; c++) {
+            __m512 x = load16_avx512(row + 32 * c, bf16);
+            __m256 xh = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
+            a[2 * c] = _mm512_add_pd(a[2 * c], _mm512_mul_pd(pv, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
+            a[2 * c + 1] = _mm512_add_pd(a[2 * c + 1], _mm512_mul_pd(pv, _mm512_cvtps_pd(xh)));
+        }
+    }
+    for (int c = 0; c < W / 8; c++)
+        _mm512_storeu_pd(acc + 8 * c, a[c]);
+}
+
+T5 void pv_avx512(double *acc, const char *v, int64_t vs, const int32_t *keys, const float *p,
+                  int64_t n, int64_t D, bool bf16) {
+    int64_t d = 0;
+    for (; d + 64 <= D; d += 64)
+        pv_block_avx512(acc + d, v + 2 * d, vs, keys, p, n, 64, bf16);
+    for (; d < D; d += 16)
+        pv_block_avx512(acc + d, v + 2 * d, vs, keys, p, n, 16, bf16);
+}
+
+FIA_KERNELS(avx2, __attribute__((target("avx2,f16c"))))
+FIA_KERNELS(avx512, __attribute__((target("avx512f,avx2,f16c"))))
+#undef T2
+#undef T5
 #endif
-
-typedef float (*dot_fn)(const float *, const float *, int64_t);
-typedef void (*axpy_fn)(double *, float, const float *, int64_t);
 
 /* ---- the kernel --------------------------------------------------------------------------------- */
 typedef struct fia_job {
@@ -189,8 +312,8 @@ typedef struct fia_job {
     const char *mask;
     int64_t mask_s[3];
     float *lse; /* [B, N, Sq] contiguous, or NULL */
-    dot_fn dot;
-    axpy_fn axpy;
+    fia_scores_fn scores;
+    fia_pv_fn pv;
     atomic_int failed;
 } fia_job;
 
@@ -207,15 +330,14 @@ static float widen_one(aclDataType t, const char *p) {
     return t == ACL_FLOAT16 ? ah_f16_to_f32(h) : ah_bf16_to_f32(h);
 }
 
-/* A task's scratch: F32 query rows and outputs [R][D], keys / values widened FIA_KV_BLOCK at a
- * time, per row its max and sum, its live keys (index and score, at most S) and one row of P. */
+/* A task's scratch: F32 query rows and outputs [R][D], per row its max and sum, its live keys
+ * (index and score, at most S) and one row of P. */
 typedef struct fia_scratch {
-    float *qf, *kvf, *rmax, *scores;
+    float *qf, *rmax, *scores;
     double *acc, *rsum; /* F64: P . V and the row sums do not depend on the keys' order */
     int32_t *keys;
     int64_t *n_live;
     const int32_t **live;
-    int64_t *cur, *end;
     uint16_t *p16;
     int64_t S; /* the row stride of scores and keys */
 } fia_scratch;
@@ -268,51 +390,6 @@ static int64_t fia_live_keys(const fia_job *job, int64_t b, int64_t h, int64_t i
     return n;
 }
 
-/* The rows' next FIA_KV_BLOCK keys from the lowest key any of them still needs (want(r, t):
- * whether row r needs its live key t): their widened rows of `kv` in w->kvf (key j0 + jj at jj * D),
- * each row's live entries [cur, end) in the block; returns j0, or -1 when no row needs any. */
-typedef bool (*fia_want_fn)(const fia_scratch *w, int64_t r, int64_t t);
-
-static int64_t fia_next_block(const fia_job *job, const fia_geom *kv, int64_t b, int64_t g, int64_t R,
-                              fia_scratch *w, fia_want_fn want) {
-    const int64_t D = job->p.head_dim;
-    int64_t j0 = INT64_MAX;
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = w->cur[r];
-        while (t < w->n_live[r] && !want(w, r, t))
-            t++;
-        w->cur[r] = t;
-        if (t < w->n_live[r] && w->live[r][t] < j0)
-            j0 = w->live[r][t];
-    }
-    if (j0 == INT64_MAX)
-        return -1;
-    bool needed[FIA_KV_BLOCK] = {false};
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = w->cur[r];
-        for (; t < w->n_live[r] && w->live[r][t] < j0 + FIA_KV_BLOCK; t++)
-            if (want(w, r, t))
-                needed[w->live[r][t] - j0] = true;
-        w->end[r] = t;
-    }
-    int64_t nj = job->p.s_kv - j0 < FIA_KV_BLOCK ? job->p.s_kv - j0 : FIA_KV_BLOCK;
-    for (int64_t jj = 0; jj < nj; jj++)
-        if (needed[jj])
-            widen_row(job->p.dtype, kv->base + (b * kv->sb + g * kv->sn + (j0 + jj) * kv->ss) * 2,
-                      w->kvf + jj * D, D);
-    return j0;
-}
-
-static bool want_score(const fia_scratch *w, int64_t r, int64_t t) {
-    (void)w, (void)r, (void)t;
-    return true;
-}
-
-/* P . V runs for rows with a finite, non-zero sum and their keys with P != 0 */
-static bool want_value(const fia_scratch *w, int64_t r, int64_t t) {
-    return w->rsum[r] != 0.0 && w->rsum[r] == w->rsum[r] && w->scores[r * w->S + t] != 0.0f;
-}
-
 /* One task: query heads [h0, h0 + nh) of batch b (all on KV head g), rows [i0, i0 + ni). Each row
  * works on its live keys only (fia_live_keys), in key order, so its cost follows its own keys,
  * not the cache cells of the other sequences of a batch, and its bits do not depend on them. */
@@ -322,7 +399,9 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
     const aclDataType dt = p->dtype;
     const int64_t D = p->head_dim, S = w->S, R = nh * ni;
     const int64_t es = 2;
-    float *qf = w->qf, *kvf = w->kvf, *scores = w->scores;
+    float *qf = w->qf, *scores = w->scores;
+    const char *k = job->k.base + (b * job->k.sb + g * job->k.sn) * es;
+    const char *v = job->v.base + (b * job->v.sb + g * job->v.sn) * es;
     double *acc = w->acc;
 
     for (int64_t r = 0; r < R; r++) {
@@ -349,19 +428,8 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
 
     /* scores: s = (q . k) * scale + bias for the live keys */
     for (int64_t r = 0; r < R; r++)
-        w->cur[r] = 0;
-    for (;;) {
-        int64_t j0 = fia_next_block(job, &job->k, b, g, R, w, want_score);
-        if (j0 < 0)
-            break;
-        for (int64_t r = 0; r < R; r++) {
-            const float *qr = qf + r * D;
-            float *srow = scores + r * S;
-            for (int64_t t = w->cur[r]; t < w->end[r]; t++)
-                srow[t] = job->dot(qr, kvf + (w->live[r][t] - j0) * D, D) * p->scale + srow[t];
-            w->cur[r] = w->end[r];
-        }
-    }
+        job->scores(qf + r * D, k, job->k.ss * es, w->live[r], w->n_live[r], D, p->scale,
+                    scores + r * S);
 
     /* softmax: exact max, exp in F32, sum in F64, P rounded to the input dtype (keys that
      * are not live hold P = 0 and add nothing) */
@@ -400,22 +468,11 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         w->rsum[r] = sum;
     }
 
-    /* P . V in F64; positions with P == 0 add nothing */
+    /* P . V in F64 for rows with a finite, non-zero sum; positions with P == 0 add nothing */
     memset(acc, 0, (size_t)(R * D) * sizeof(double));
     for (int64_t r = 0; r < R; r++)
-        w->cur[r] = 0;
-    for (;;) {
-        int64_t j0 = fia_next_block(job, &job->v, b, g, R, w, want_value);
-        if (j0 < 0)
-            break;
-        for (int64_t r = 0; r < R; r++) {
-            const float *prow = scores + r * S;
-            for (int64_t t = w->cur[r]; t < w->end[r]; t++)
-                if (prow[t] != 0.0f)
-                    job->axpy(acc + r * D, prow[t], kvf + (w->live[r][t] - j0) * D, D);
-            w->cur[r] = w->end[r];
-        }
-    }
+        if (w->rsum[r] != 0.0 && w->rsum[r] == w->rsum[r])
+            job->pv(acc + r * D, v, job->v.ss * es, w->live[r], scores + r * S, w->n_live[r], D);
 
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
@@ -445,9 +502,9 @@ static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
     const int64_t D = job->p.head_dim, S = job->p.s_kv > 0 ? job->p.s_kv : 1;
     const int64_t R = job->chunk_heads * job->block_rows;
     size_t doubles = (size_t)(R * D + R);
-    size_t floats = (size_t)(R * D + R * S + FIA_KV_BLOCK * D + R + S / 2 + 1);
+    size_t floats = (size_t)(R * D + R * S + R + S / 2 + 1);
     size_t bytes = (doubles * sizeof(double) + floats * sizeof(float) + 63) / 64 * 64;
-    size_t extra = (size_t)(R * S) * sizeof(int32_t) + (size_t)(3 * R) * sizeof(int64_t) +
+    size_t extra = (size_t)(R * S) * sizeof(int32_t) + (size_t)R * sizeof(int64_t) +
                    (size_t)R * sizeof(int32_t *);
     char *buf = aligned_alloc(64, bytes + (extra + 63) / 64 * 64);
     if (!buf) {
@@ -456,13 +513,12 @@ static void fia_chunk(void *ctx, int64_t begin, int64_t end) {
     }
     fia_scratch w;
     w.acc = (double *)(void *)buf, w.rsum = w.acc + R * D;
-    w.qf = (float *)(void *)(w.rsum + R), w.kvf = w.qf + R * D, w.rmax = w.kvf + FIA_KV_BLOCK * D;
+    w.qf = (float *)(void *)(w.rsum + R), w.rmax = w.qf + R * D;
     w.scores = w.rmax + R;
     w.p16 = (uint16_t *)(void *)(w.scores + R * S); /* one row of P in the input dtype */
     w.S = S;
     w.n_live = (int64_t *)(void *)(buf + bytes);
-    w.cur = w.n_live + R, w.end = w.cur + R;
-    w.live = (const int32_t **)(void *)(w.end + R);
+    w.live = (const int32_t **)(void *)(w.n_live + R);
     w.keys = (int32_t *)(void *)(w.live + R);
     for (int64_t u = begin; u < end; u++) {
         int64_t rb = u % job->n_row_blocks, rest = u / job->n_row_blocks;
@@ -530,13 +586,16 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
     }
     if (p->slot_lse >= 0)
         job->lse = (float *)(void *)elem_ptr(&ex->tensors[p->slot_lse]);
-    job->dot = dot_scalar;
-    job->axpy = axpy_scalar;
+    const bool bf16 = p->dtype == ACL_BF16;
+    job->scores = bf16 ? scores_bf16_scalar : scores_f16_scalar;
+    job->pv = bf16 ? pv_bf16_scalar : pv_f16_scalar;
 #ifdef AH_X86
     if (ah_isa() == AH_ISA_AVX512)
-        job->dot = dot_avx512, job->axpy = axpy_avx512;
+        job->scores = bf16 ? scores_bf16_avx512 : scores_f16_avx512,
+        job->pv = bf16 ? pv_bf16_avx512 : pv_f16_avx512;
     else if (ah_isa() == AH_ISA_AVX2)
-        job->dot = dot_avx2, job->axpy = axpy_avx2;
+        job->scores = bf16 ? scores_bf16_avx2 : scores_f16_avx2,
+        job->pv = bf16 ? pv_bf16_avx2 : pv_f16_avx2;
 #endif
     /* the split: whole GQA groups and FIA_UNIT_ROWS rows per task; when there are too few tasks
      * for the pool, rows split further first (rows of different sequences in a batched decode
