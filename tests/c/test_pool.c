@@ -1,8 +1,8 @@
 /* test_pool.c - the acl_host thread pool: every item covered once, chunk boundaries fixed by
  * (n, grain, size) alone, nested jobs inline, several submitting threads hammering the pool with
  * CANN_LLM_POLL at 0, the default and a large value (no lost wake-up: a lost one hangs here
- * until ctest's timeout), polling workers dispatched without sleeping, and an idle pool that
- * sleeps and burns no CPU.
+ * until ctest's timeout), polling workers dispatched without sleeping, no polling while the CPUs
+ * are oversubscribed, and an idle pool that sleeps and burns no CPU.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -163,11 +163,22 @@ int main(void)
     ah_pool_shutdown();
     setenv("CANN_LLM_THREADS", "2", 1);
     setenv("CANN_LLM_POLL", "100000", 1);
-    CHECK(covered_once(1000, 1, false));
-    sleep_ms(1);
-    CHECK(atomic_load(&g_pool.sleepers) == 0);
-    CHECK(covered_once(1000, 1, false));
+    bool awake = false; /* a poller taken off the CPU stops polling for a while: retry */
+    for (int i = 0; i < 20 && !awake; i++) {
+        atomic_store(&g_no_poll_until, 0);
+        CHECK(covered_once(1000, 1, false));
+        sleep_ms(1);
+        awake = atomic_load(&g_pool.sleepers) == 0;
+    }
+    CHECK(awake);
     CHECK(workers_asleep()); /* and sleeps after the 100 ms */
+    /* while the CPUs are found oversubscribed nobody polls: the worker sleeps at once */
+    atomic_store(&g_no_poll_until, now_ns() + 10000000000ull);
+    CHECK(covered_once(1000, 1, false));
+    poll_budget budget = {0, 0, 0, 100000};
+    CHECK(!keep_polling(&budget));
+    CHECK(workers_asleep());
+    atomic_store(&g_no_poll_until, 0);
     ah_pool_shutdown();
     setenv("CANN_LLM_POLL", "0", 1);
     CHECK(covered_once(1000, 1, false));

@@ -8,13 +8,14 @@
  * chunks inline.
  *
  * Waits poll, then sleep. A worker that finishes a job watches for the next one for up to
- * CANN_LLM_POLL microseconds (PAUSE in the loop, the clock read every 16 rounds) before it
- * sleeps on a futex; the caller likewise polls for the last chunks of its job before it
- * sleeps. A graph's ops follow each other within a few microseconds, so while one runs the
- * workers stay awake and a dispatch costs no system call; an idle pool sleeps after
- * CANN_LLM_POLL and costs no CPU. With 0 every wait is a futex wait. A dispatch costs at most
- * one futex wake (only when a worker sleeps and there are chunks for it); a worker that wakes
- * after the job was finished goes back to waiting without touching it.
+ * CANN_LLM_POLL microseconds (PAUSE, with a sched_yield and a clock read every 16 rounds) before
+ * it sleeps on a futex; the caller likewise polls for the last chunks of its job before it
+ * sleeps. A graph's ops follow each other within microseconds, so while one runs the workers
+ * stay awake and a dispatch costs no system call; an idle pool sleeps after CANN_LLM_POLL and
+ * costs no CPU. When a poller finds it was off the CPU (the cores are oversubscribed), polling
+ * stops for 100 ms. With 0 every wait is a futex wait. A dispatch costs at most one futex wake
+ * (only when a worker sleeps and there are chunks for it); a worker that wakes after the job was
+ * finished goes back to waiting without touching it.
  *
  * The job word packs (generation, chunk count, next chunk): claiming a chunk is one CAS on it,
  * so a late worker can never claim a chunk of a newer job by mistake, and the job's fields (fn,
@@ -23,6 +24,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -84,23 +86,44 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A bounded spin: each call pauses once; false once the budget has passed (at once for 0). */
+/* A bounded spin. Each call pauses once; every 16 calls (~0.5 us) it yields the CPU to any
+ * thread waiting for it and reads the clock. False once poll_us have passed (at once for 0), or
+ * when the clock shows this thread was off the CPU for a while (a yield that ran another thread,
+ * or a preemption): the CPUs are then oversubscribed, and a spinner only burns the time slice its
+ * own chunks will need (the scheduler favours a thread that slept), so polling stops everywhere
+ * in the pool for BACKOFF_NS and every wait is a futex wait, as with CANN_LLM_POLL=0. */
 typedef struct poll_budget {
     uint64_t deadline; /* 0: clock not read yet */
-    unsigned rounds;
+    uint64_t last;     /* the previous clock reading */
+    unsigned rounds;   /* 0: a fresh budget */
     int poll_us;
 } poll_budget;
+
+#define DESCHEDULED_NS 20000ull
+#define BACKOFF_NS 100000000ull
+static _Atomic uint64_t g_no_poll_until; /* CLOCK_MONOTONIC ns */
 
 static bool keep_polling(poll_budget *p)
 {
     if (p->poll_us <= 0)
         return false;
+    if (p->rounds == 0 && atomic_load_explicit(&g_no_poll_until, memory_order_relaxed) > now_ns())
+        return false;
     cpu_relax();
     if (++p->rounds % 16)
         return true;
+    sched_yield();
     uint64_t t = now_ns();
-    if (!p->deadline)
+    if (!p->deadline) {
         p->deadline = t + (uint64_t)p->poll_us * 1000u;
+        p->last = t;
+        return true;
+    }
+    if (t - p->last > DESCHEDULED_NS) {
+        atomic_store_explicit(&g_no_poll_until, t + BACKOFF_NS, memory_order_relaxed);
+        return false;
+    }
+    p->last = t;
     return t < p->deadline;
 }
 
@@ -164,13 +187,13 @@ static void *pool_worker(void *unused)
     (void)unused;
     tl_in_job = true; /* nested jobs from a worker run inline */
     unsigned seen = atomic_load(&g_pool.wake);
-    poll_budget poll = {0, 0, atomic_load(&g_poll_us)};
+    poll_budget poll = {0, 0, 0, atomic_load(&g_poll_us)};
     while (!atomic_load(&g_pool.stop)) {
         unsigned now = atomic_load(&g_pool.wake);
         if (now != seen) {
             seen = now;
             work_on((uint32_t)(atomic_load(&g_pool.job) >> 32));
-            poll.deadline = 0; /* a fresh budget after every job */
+            poll.deadline = 0, poll.rounds = 0; /* a fresh budget after every job */
             continue;
         }
         if (keep_polling(&poll))
@@ -240,7 +263,7 @@ void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
     tl_in_job = false;
     /* Every chunk is claimed; wait for the ones still running elsewhere. */
     unsigned done = atomic_load(&g_pool.done);
-    poll_budget poll = {0, 0, atomic_load(&g_poll_us)};
+    poll_budget poll = {0, 0, 0, atomic_load(&g_poll_us)};
     while (done != (unsigned)n_chunks && keep_polling(&poll))
         done = atomic_load(&g_pool.done);
     if (done != (unsigned)n_chunks) {
