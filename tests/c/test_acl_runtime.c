@@ -1,8 +1,7 @@
 /* test_acl_runtime.c - the acl_host runtime through the CANN API: init, devices, memory and the
- * sanitizer, copies, streams, events, deferred mode; and the thread pool (compiled in below).
+ * sanitizer, copies, streams, events, deferred mode. The thread pool has its own test_pool.c.
  */
-#include <pthread.h>
-#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +9,6 @@
 
 #include "acl/acl.h"
 #include "ctest_util.h"
-
-/* The pool is internal (hidden) to libacl_host; this test compiles its own copy of it. */
-#include "../../backend_cann/acl_host/src/threadpool.c"
 
 #define MiB ((size_t)1 << 20)
 
@@ -351,71 +347,6 @@ static void test_deferred(void)
     CHECK(aclrtFree(a) == ACL_SUCCESS);
 }
 
-/* ---- the thread pool ------------------------------------------------------------------------- */
-
-typedef struct cover {
-    atomic_int *hits;
-    int64_t n;
-    atomic_int calls;
-    bool nested;
-} cover;
-
-static void count_hits(void *ctx, int64_t begin, int64_t end)
-{
-    cover *c = ctx;
-    atomic_fetch_add(&c->calls, 1);
-    for (int64_t i = begin; i < end; i++)
-        atomic_fetch_add(&c->hits[i], 1);
-    if (c->nested) { /* a job inside a job runs inline, without deadlock */
-        cover inner = {calloc(100, sizeof(atomic_int)), 100, 0, false};
-        ah_parallel_for(100, 1, count_hits, &inner);
-        for (int i = 0; i < 100; i++)
-            if (atomic_load(&inner.hits[i]) != 1)
-                atomic_fetch_add(&c->calls, 1000000);
-        free(inner.hits);
-    }
-}
-
-static bool covered_once(int64_t n, int64_t grain, bool nested)
-{
-    cover c = {calloc((size_t)n + 1, sizeof(atomic_int)), n, 0, nested};
-    ah_parallel_for(n, grain, count_hits, &c);
-    bool ok = atomic_load(&c.calls) < 1000000;
-    for (int64_t i = 0; i < n; i++)
-        ok = ok && atomic_load(&c.hits[i]) == 1;
-    free(c.hits);
-    return ok;
-}
-
-static void *pool_client(void *arg)
-{
-    bool *ok = arg;
-    for (int i = 0; i < 200; i++)
-        *ok = *ok && covered_once(1 + i * 37, 3, false);
-    return NULL;
-}
-
-static void test_pool(void)
-{
-    setenv("CANN_LLM_THREADS", "3", 1);
-    CHECK(ah_n_threads() == 3);
-    CHECK(covered_once(1, 1, false));
-    CHECK(covered_once(5, 100, false)); /* below the grain: inline */
-    CHECK(covered_once(1000, 7, false));
-    CHECK(covered_once(100003, 1, true));
-    bool ok[3] = {true, true, true};
-    pthread_t threads[3];
-    for (int i = 0; i < 3; i++)
-        pthread_create(&threads[i], NULL, pool_client, &ok[i]);
-    for (int i = 0; i < 3; i++)
-        pthread_join(threads[i], NULL);
-    CHECK(ok[0] && ok[1] && ok[2]);
-    ah_pool_shutdown();
-    setenv("CANN_LLM_THREADS", "1", 1);
-    CHECK(ah_n_threads() == 1 && covered_once(1000, 1, false));
-    ah_pool_shutdown();
-}
-
 int main(void)
 {
     test_init_and_devices();
@@ -436,6 +367,5 @@ int main(void)
     test_deferred();
     stop();
 
-    test_pool();
     return CT_RESULT();
 }

@@ -7,10 +7,15 @@
  * A job started from inside a job (a chunk callback calling ah_parallel_for) runs the same
  * chunks inline.
  *
- * A dispatch costs at most one futex wake (only when a worker sleeps and there are chunks for
- * it) and the caller blocks only if a worker still runs a chunk when the caller runs out of
- * them; a worker that wakes after the job was finished goes back to sleep without touching it.
- * All waits are futex waits: no spinning.
+ * Waits poll, then sleep. A worker that finishes a job watches for the next one for up to
+ * CANN_LLM_POLL microseconds (PAUSE, with a sched_yield and a clock read every 16 rounds) before
+ * it sleeps on a futex; the caller likewise polls for the last chunks of its job before it
+ * sleeps. A graph's ops follow each other within microseconds, so while one runs the workers
+ * stay awake and a dispatch costs no system call; an idle pool sleeps after CANN_LLM_POLL and
+ * costs no CPU. When a poller finds it was off the CPU (the cores are oversubscribed), polling
+ * stops for 100 ms. With 0 every wait is a futex wait. A dispatch costs at most one futex wake
+ * (only when a worker sleeps and there are chunks for it); a worker that wakes after the job was
+ * finished goes back to waiting without touching it.
  *
  * The job word packs (generation, chunk count, next chunk): claiming a chunk is one CAS on it,
  * so a late worker can never claim a chunk of a newer job by mistake, and the job's fields (fn,
@@ -19,19 +24,24 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ah_rt.h"
 
 #define CHUNKS_PER_THREAD 4
 #define MAX_THREADS 1024 /* chunks: at most MAX_THREADS * CHUNKS_PER_THREAD < 2^16 */
+#define DEFAULT_POLL_US 50
+#define MAX_POLL_US 100000
 
 static pthread_mutex_t g_config_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_job_mutex = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 static atomic_int g_size;                                        /* 0: not read yet */
+static atomic_int g_poll_us;                                     /* read with g_size */
 
 static struct {
     pthread_t *threads;
@@ -60,6 +70,73 @@ static void futex_wake(atomic_uint *word, int count)
     syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
 }
 
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A bounded spin. Each call pauses once; every 16 calls (~0.5 us) it yields the CPU to any
+ * thread waiting for it and reads the clock. False once poll_us have passed (at once for 0), or
+ * when the clock shows this thread was off the CPU for a while (a yield that ran another thread,
+ * or a preemption): the CPUs are then oversubscribed, and a spinner only burns the time slice its
+ * own chunks will need (the scheduler favours a thread that slept), so polling stops everywhere
+ * in the pool for BACKOFF_NS and every wait is a futex wait, as with CANN_LLM_POLL=0. */
+typedef struct poll_budget {
+    uint64_t deadline; /* 0: clock not read yet */
+    uint64_t last;     /* the previous clock reading */
+    unsigned rounds;   /* 0: a fresh budget */
+    int poll_us;
+} poll_budget;
+
+#define DESCHEDULED_NS 20000ull
+#define BACKOFF_NS 100000000ull
+static _Atomic uint64_t g_no_poll_until; /* CLOCK_MONOTONIC ns */
+
+static bool keep_polling(poll_budget *p)
+{
+    if (p->poll_us <= 0)
+        return false;
+    if (p->rounds == 0 && atomic_load_explicit(&g_no_poll_until, memory_order_relaxed) > now_ns())
+        return false;
+    cpu_relax();
+    if (++p->rounds % 16)
+        return true;
+    sched_yield();
+    uint64_t t = now_ns();
+    if (!p->deadline) {
+        p->deadline = t + (uint64_t)p->poll_us * 1000u;
+        p->last = t;
+        return true;
+    }
+    if (t - p->last > DESCHEDULED_NS) {
+        atomic_store_explicit(&g_no_poll_until, t + BACKOFF_NS, memory_order_relaxed);
+        return false;
+    }
+    p->last = t;
+    return t < p->deadline;
+}
+
+static int read_env_int(const char *name, long fallback, long lo, long hi)
+{
+    const char *env = getenv(name);
+    char *end;
+    long v = env && *env ? strtol(env, &end, 10) : fallback;
+    if (env && *env && end == env)
+        v = fallback;
+    return (int)(v < lo ? lo : v > hi ? hi : v);
+}
+
 int ah_n_threads(void)
 {
     int size = atomic_load(&g_size);
@@ -72,6 +149,7 @@ int ah_n_threads(void)
         if (n <= 0)
             n = sysconf(_SC_NPROCESSORS_ONLN);
         size = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+        atomic_store(&g_poll_us, read_env_int("CANN_LLM_POLL", DEFAULT_POLL_US, 0, MAX_POLL_US));
         atomic_store(&g_size, size);
     }
     pthread_mutex_unlock(&g_config_mutex);
@@ -109,15 +187,20 @@ static void *pool_worker(void *unused)
     (void)unused;
     tl_in_job = true; /* nested jobs from a worker run inline */
     unsigned seen = atomic_load(&g_pool.wake);
+    poll_budget poll = {0, 0, 0, atomic_load(&g_poll_us)};
     while (!atomic_load(&g_pool.stop)) {
         unsigned now = atomic_load(&g_pool.wake);
         if (now != seen) {
             seen = now;
             work_on((uint32_t)(atomic_load(&g_pool.job) >> 32));
+            poll.deadline = 0, poll.rounds = 0; /* a fresh budget after every job */
             continue;
         }
+        if (keep_polling(&poll))
+            continue;
         /* the submitter bumps wake before reading sleepers; we count ourselves before reading
-         * wake (inside the futex): one of the two sees the other */
+         * wake (inside the futex): one of the two sees the other. A polling worker is not
+         * counted, so a dispatch to polling workers makes no system call. */
         atomic_fetch_add(&g_pool.sleepers, 1);
         if (!atomic_load(&g_pool.stop))
             futex_wait(&g_pool.wake, seen);
@@ -180,7 +263,12 @@ void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
     tl_in_job = false;
     /* Every chunk is claimed; wait for the ones still running elsewhere. */
     unsigned done = atomic_load(&g_pool.done);
+    poll_budget poll = {0, 0, 0, atomic_load(&g_poll_us)};
+    while (done != (unsigned)n_chunks && keep_polling(&poll))
+        done = atomic_load(&g_pool.done);
     if (done != (unsigned)n_chunks) {
+        /* we set caller_waits before reading done; the last finisher adds to done before
+         * reading caller_waits: one of the two sees the other */
         atomic_store(&g_pool.caller_waits, true);
         while ((done = atomic_load(&g_pool.done)) != (unsigned)n_chunks)
             futex_wait(&g_pool.done, done);

@@ -1,0 +1,192 @@
+/* test_pool.c - the acl_host thread pool: every item covered once, chunk boundaries fixed by
+ * (n, grain, size) alone, nested jobs inline, several submitting threads hammering the pool with
+ * CANN_LLM_POLL at 0, the default and a large value (no lost wake-up: a lost one hangs here
+ * until ctest's timeout), polling workers dispatched without sleeping, no polling while the CPUs
+ * are oversubscribed, and an idle pool that sleeps and burns no CPU.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctest_util.h"
+
+/* The pool is internal (hidden) to libacl_host; this test compiles its own copy of it. */
+#include "../../backend_cann/acl_host/src/threadpool.c"
+
+typedef struct cover {
+    atomic_int *hits;
+    atomic_llong *ends; /* ends[begin] = end of the chunk that began there, + 1 */
+    int64_t n;
+    atomic_int calls;
+    bool nested;
+} cover;
+
+static void count_hits(void *ctx, int64_t begin, int64_t end)
+{
+    cover *c = ctx;
+    atomic_fetch_add(&c->calls, 1);
+    atomic_fetch_add(&c->ends[begin], end + 1);
+    for (int64_t i = begin; i < end; i++)
+        atomic_fetch_add(&c->hits[i], 1);
+    if (c->nested) { /* a job inside a job runs inline, without deadlock */
+        cover inner = {calloc(100, sizeof(atomic_int)), calloc(101, sizeof(atomic_llong)), 100, 0,
+                       false};
+        ah_parallel_for(100, 1, count_hits, &inner);
+        for (int i = 0; i < 100; i++)
+            if (atomic_load(&inner.hits[i]) != 1)
+                atomic_fetch_add(&c->calls, 1000000);
+        free(inner.hits);
+        free(inner.ends);
+    }
+}
+
+/* Runs a job of n items; true when every item was covered once by exactly the chunks that
+ * (n, grain, pool size) define, whoever ran them. */
+static bool covered_once(int64_t n, int64_t grain, bool nested)
+{
+    cover c = {calloc((size_t)n + 1, sizeof(atomic_int)), calloc((size_t)n + 1, sizeof(atomic_llong)),
+               n, 0, nested};
+    ah_parallel_for(n, grain, count_hits, &c);
+    int64_t n_chunks = n / grain, size = ah_n_threads();
+    if (n_chunks > size * CHUNKS_PER_THREAD)
+        n_chunks = size * CHUNKS_PER_THREAD;
+    if (n_chunks < 1)
+        n_chunks = 1;
+    bool ok = atomic_load(&c.calls) == n_chunks; /* a failed nested job adds 1000000 */
+    for (int64_t i = 0; i < n; i++)
+        ok = ok && atomic_load(&c.hits[i]) == 1;
+    for (int64_t i = 0, begin = 0; i < n_chunks; i++) {
+        int64_t end = begin + n / n_chunks + (i < n % n_chunks ? 1 : 0);
+        ok = ok && atomic_load(&c.ends[begin]) == end + 1;
+        begin = end;
+    }
+    free(c.hits);
+    free(c.ends);
+    return ok;
+}
+
+static void *pool_client(void *arg)
+{
+    bool *ok = arg;
+    for (int i = 0; i < 400; i++)
+        *ok = *ok && covered_once(1 + (i * 37) % 5000, 1 + i % 5, false);
+    return NULL;
+}
+
+/* Several threads submit at once (jobs from several streams): all serialised, none lost. */
+static bool hammer(int n_clients)
+{
+    bool ok[8];
+    pthread_t threads[8];
+    for (int i = 0; i < n_clients; i++) {
+        ok[i] = true;
+        pthread_create(&threads[i], NULL, pool_client, &ok[i]);
+    }
+    bool all = true;
+    for (int i = 0; i < n_clients; i++) {
+        pthread_join(threads[i], NULL);
+        all = all && ok[i];
+    }
+    return all;
+}
+
+static double seconds(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms)
+{
+    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
+}
+
+/* Waits up to 5 s for every worker to sleep in the futex. */
+static bool workers_asleep(void)
+{
+    for (int i = 0; i < 5000 && atomic_load(&g_pool.sleepers) != g_pool.n_threads; i++)
+        sleep_ms(1);
+    return atomic_load(&g_pool.sleepers) == g_pool.n_threads;
+}
+
+/* CPU time the whole process burns over 1 s of idling, in seconds. */
+static double idle_cpu(void)
+{
+    double t0 = seconds(CLOCK_PROCESS_CPUTIME_ID);
+    sleep_ms(1000);
+    return seconds(CLOCK_PROCESS_CPUTIME_ID) - t0;
+}
+
+static void burst(void)
+{
+    for (int i = 0; i < 200; i++)
+        covered_once(4096, 16, false);
+}
+
+static void run_with(const char *threads, const char *poll, int expect_poll)
+{
+    ah_pool_shutdown();
+    setenv("CANN_LLM_THREADS", threads, 1);
+    setenv("CANN_LLM_POLL", poll, 1);
+    CHECK(ah_n_threads() == atoi(threads));
+    CHECK(atomic_load(&g_poll_us) == expect_poll);
+    CHECK(covered_once(1, 1, false));
+    CHECK(covered_once(5, 100, false)); /* below the grain: inline */
+    CHECK(covered_once(1000, 7, false));
+    CHECK(covered_once(100003, 1, true));
+    CHECK(hammer(4));
+    /* an idle pool sleeps once the poll time has passed, and burns nothing after that */
+    burst();
+    CHECK(workers_asleep());
+    double cpu = idle_cpu();
+    if (cpu > 0.02)
+        fprintf(stderr, "  POLL=%s: %.3f s of CPU over 1 s idle\n", poll, cpu);
+    CHECK(cpu < 0.02);
+}
+
+int main(void)
+{
+    run_with("3", "0", 0);
+    run_with("3", "", DEFAULT_POLL_US); /* unset or empty: the default */
+    run_with("2", "junk", DEFAULT_POLL_US);
+    run_with("4", "-5", 0);
+    run_with("3", "100000", 100000);
+    run_with("2", "999999999", MAX_POLL_US);
+
+    /* Polling workers take the next job without sleeping: with 100 ms of polling a worker is
+     * still awake 1 ms after a job; with 0 it sleeps as soon as it has nothing to do. */
+    ah_pool_shutdown();
+    setenv("CANN_LLM_THREADS", "2", 1);
+    setenv("CANN_LLM_POLL", "100000", 1);
+    bool awake = false; /* a poller taken off the CPU stops polling for a while: retry */
+    for (int i = 0; i < 20 && !awake; i++) {
+        atomic_store(&g_no_poll_until, 0);
+        CHECK(covered_once(1000, 1, false));
+        sleep_ms(1);
+        awake = atomic_load(&g_pool.sleepers) == 0;
+    }
+    CHECK(awake);
+    CHECK(workers_asleep()); /* and sleeps after the 100 ms */
+    /* while the CPUs are found oversubscribed nobody polls: the worker sleeps at once */
+    atomic_store(&g_no_poll_until, now_ns() + 10000000000ull);
+    CHECK(covered_once(1000, 1, false));
+    poll_budget budget = {0, 0, 0, 100000};
+    CHECK(!keep_polling(&budget));
+    CHECK(workers_asleep());
+    atomic_store(&g_no_poll_until, 0);
+    ah_pool_shutdown();
+    setenv("CANN_LLM_POLL", "0", 1);
+    CHECK(covered_once(1000, 1, false));
+    CHECK(workers_asleep());
+
+    ah_pool_shutdown();
+    setenv("CANN_LLM_THREADS", "1", 1);
+    CHECK(ah_n_threads() == 1 && covered_once(1000, 1, false));
+    ah_pool_shutdown();
+    return CT_RESULT();
+}
