@@ -321,6 +321,12 @@ class Engine:
         else:
             prefill = None
         if not rows:
+            if self.waiting and not events:      # nothing can run: do not spin forever
+                held = sum(1 for s in self.seqs.values() if s.finished)
+                raise ContextFullError(
+                    f"{self.n_waiting} waiting sequences do not fit in the free KV cells and "
+                    f"nothing else runs: {held} finished sequences still hold cells (release "
+                    f"them) or the cache is too small")
             return events
         tokens, pos, seq_ids, want = [], [], [], []
         for seq, n in rows:

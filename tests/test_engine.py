@@ -194,6 +194,7 @@ def test_running_out_of_cells_preempts_the_newest_sequence(default_model_path):
     """Two sequences that together outgrow the cells: b (admitted last) is preempted back to the
     queue while a keeps decoding; once a is released, b recomputes its cells and gives the
     tokens it gives alone. A prompt that does not fit beside the running ones waits."""
+    from cann_llm import ContextFullError
     with cann_llm.load(str(default_model_path), n_ctx=32, n_batch=32) as m:
         engine = Engine(m)
         a_prompt, b_prompt = list(range(10, 20)), list(range(40, 50))
@@ -211,8 +212,9 @@ def test_running_out_of_cells_preempts_the_newest_sequence(default_model_path):
         assert a.generated == alone[0] and engine.stats["preemptions"] >= 1
         assert b.state == "waiting" and b.n_past == 0 and m.kv.n_used() == 21
         assert 0 < len(b.generated) < 12              # b had started and keeps its tokens
-        engine.step()
-        assert b.state == "waiting"                   # 10 + its tokens do not fit beside a
+        with pytest.raises(ContextFullError):          # 10 + its tokens do not fit beside a,
+            engine.step()                             # which holds its cells until released
+        assert b.state == "waiting"
         engine.release(a)
         engine.run()
         assert b.generated == alone[1] and b.finish_reason == "length"
@@ -324,3 +326,19 @@ def test_attention_does_not_depend_on_where_a_sequence_cells_are(smol):
     assert smol.kv.pos[cells[0]] > smol.kv.pos[cells[-1]]      # later positions, lower cells
     smol.kv.clear()
     assert np.array_equal(scattered, alone)
+
+
+def test_a_queue_that_can_never_run_is_an_error_not_a_spin(default_model_path):
+    from cann_llm import ContextFullError
+    with cann_llm.load(str(default_model_path), n_ctx=32, n_batch=32) as m:
+        engine = Engine(m)
+        a = engine.add(list(range(10, 30)), SamplingParams(temperature=0), max_tokens=2)
+        engine.run()                                  # finished, not released: holds 21 cells
+        b = engine.add(list(range(40, 60)), SamplingParams(temperature=0), max_tokens=2)
+        assert b.state == "waiting"
+        with pytest.raises(ContextFullError, match="finished sequences still hold cells"):
+            engine.step()
+        engine.release(a)
+        engine.run()
+        assert len(b.generated) == 2
+        engine.release(b)
