@@ -13,7 +13,8 @@ import numpy as np
 
 from . import backend as be
 
-N_KV_PAD = 256           # n_kv is a multiple of this (or n_ctx): decode reuses one graph
+N_KV_PAD = 512          # n_kv is a multiple of this (or n_ctx): decode reuses one graph (a rebuild
+                        # costs ~50 ms, and attention skips the masked cells it adds)
 MAX_SEQ = 64             # sequence ids 0..63 (one bit each per cell)
 
 # cache types (llama.cpp's -ctk/-ctv names): SET_ROWS writes them on CANN, and FLASH_ATTN_EXT reads

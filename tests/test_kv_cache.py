@@ -46,13 +46,18 @@ def test_seq_ops(kv):
     assert kv.n_used() == 0
 
 
-def test_n_kv_padding(kv):
-    kv.commit(kv.find_slots(N_KV_PAD), np.arange(N_KV_PAD), [0] * N_KV_PAD)
-    assert kv.n_kv() == N_KV_PAD                 # one decode graph for 256 cells
-    kv.commit(kv.find_slots(1), [N_KV_PAD], [0])
-    assert kv.n_kv() == 2 * N_KV_PAD
-    kv.commit(kv.find_slots(300), np.arange(300) + 300, [0] * 300)
-    assert kv.n_kv() == 600                      # clamped to n_ctx
+def test_n_kv_padding(device):
+    kv = KVCache(2, 8, 8, 3 * N_KV_PAD - 100, lambda il: device.buffer_type)
+    try:
+        kv.commit(kv.find_slots(N_KV_PAD), np.arange(N_KV_PAD), [0] * N_KV_PAD)
+        assert kv.n_kv() == N_KV_PAD                 # one decode graph for N_KV_PAD cells
+        kv.commit(kv.find_slots(1), [N_KV_PAD], [0])
+        assert kv.n_kv() == 2 * N_KV_PAD
+        rest = kv.n_ctx - N_KV_PAD - 1
+        kv.commit(kv.find_slots(rest), np.arange(rest) + N_KV_PAD + 1, [0] * rest)
+        assert kv.n_kv() == kv.n_ctx                 # clamped to n_ctx
+    finally:
+        kv.close()
 
 
 def test_context_full(kv):
