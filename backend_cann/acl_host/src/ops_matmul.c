@@ -5,8 +5,8 @@
  * unit does for F16 / BF16 (F32 accumulation). cubeMathType is validated; FP32 inputs compute in
  * FP32 except USE_FP16 (2), which rounds them to F16 first as the hardware does.
  * WeightQuantBatchMatmulV2: y = x @ ((weight + offset) * scale) (+ bias), INT8 / INT4 weights
- * per-tensor, per-channel or per-group scales, in that order: each weight is dequantized to the
- * F32 (q + offset) * scale, then multiplied like an F32 weight (ah_gemm.h). Decode-sized m (one
+ * per-tensor, per-channel or per-group scales: each weight is dequantized to the F32 value
+ * (q + offset) * scale, then multiplied like an F32 weight (ah_gemm.h). Decode-sized m (one
  * row or a batch of decoding sequences, up to WQ_MAX_DIRECT_M) streams the quantized weight once
  * and dequantizes in registers for all rows, larger m dequantizes a tile of columns once and
  * reuses it.
