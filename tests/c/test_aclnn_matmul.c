@@ -457,7 +457,7 @@ static void test_gathers(void) {
     aclrtFree(dt), aclrtFree(di), aclrtFree(dout), aclrtFree(di2), aclrtFree(dout2), aclrtFree(dv), aclrtFree(dr);
 }
 
-/* ---- thread-count invariance: a child prints a hash of an m=64 product ------------------------------ */
+/* ---- thread-count and ISA invariance: a child prints a hash of products over every kernel path ------- */
 static uint64_t fnv(const void *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
@@ -488,14 +488,33 @@ static uint64_t child_product_hash(void) {
     h ^= fnv(y, (size_t)big.n * 2) * 131;
     free(x), free(y);
     wq_free(&d);
+    /* the batched-decode and generic kernels: Q4_0 / Q4_1 / Q8_0, groups of 32 and 64, per-channel,
+     * m = 1, 4 (one row chunk) and 6 (two) */
+    const wq_case more[] = {{0, 320, 24, 1, 32, 0, 1, 0}, {0, 320, 24, 1, 32, 1, 1, 0}, {0, 320, 24, 0, 32, 0, 1, 0},
+                            {0, 320, 24, 0, 32, 1, 1, 0}, {0, 320, 24, 1, 64, 1, 1, 0}, {0, 96, 21, 0, 0, 1, 1, 0},
+                            {0, 100, 14, 1, 64, 1, 1, 0}};
+    const int64_t mrows[] = {1, 4, 6};
+    for (size_t t = 0; t < sizeof more / sizeof more[0]; t++) {
+        wq_make(&d, more[t]);
+        x = malloc((size_t)(6 * more[t].k) * 2), y = malloc((size_t)(6 * more[t].n) * 2);
+        for (int64_t i = 0; i < 6 * more[t].k; i++) x[i] = f16((float)urand());
+        for (size_t r = 0; r < sizeof mrows / sizeof mrows[0]; r++) {
+            wq_run(&d, x, mrows[r], y);
+            h = h * 1099511628211ull ^ fnv(y, (size_t)(mrows[r] * more[t].n) * 2);
+        }
+        free(x), free(y);
+        wq_free(&d);
+    }
     return h;
 }
 
-static int run_child(const char *self, const char *threads, uint64_t *hash) {
-    char env_threads[64], path[512];
+/* isa: NULL (the best one), "avx2" or "scalar" (CANN_LLM_HOST_ISA) */
+static int run_child(const char *self, const char *threads, const char *isa, uint64_t *hash) {
+    char env_threads[64], env_isa[64], path[512];
     snprintf(env_threads, sizeof env_threads, "CANN_LLM_THREADS=%s", threads);
-    snprintf(path, sizeof path, "/tmp/test_aclnn_matmul.%d.%s", (int)getpid(), threads);
-    char *envp[] = {env_threads, "CT_CHILD_HASH=1", NULL};
+    snprintf(env_isa, sizeof env_isa, "CANN_LLM_HOST_ISA=%s", isa ? isa : "");
+    snprintf(path, sizeof path, "/tmp/test_aclnn_matmul.%d.%s.%s", (int)getpid(), threads, isa ? isa : "best");
+    char *envp[] = {env_threads, "CT_CHILD_HASH=1", isa ? env_isa : NULL, NULL};
     char *argv[] = {(char *)self, path, NULL};
     pid_t pid;
     if (posix_spawn(&pid, self, NULL, NULL, argv, envp) != 0)
@@ -596,9 +615,17 @@ int main(int argc, char **argv) {
     char *self = realpath(argv[0], NULL);
     CHECK(self != NULL);
     if (self) {
-        CHECK(run_child(self, "1", &h1));
-        CHECK(run_child(self, "2", &h2));
+        CHECK(run_child(self, "1", NULL, &h1));
+        CHECK(run_child(self, "2", NULL, &h2));
         CHECK(h1 == h2);
+        const char *isas[] = {"avx2", "scalar"};
+        for (int i = 0; i < 2; i++) {
+            uint64_t hi = h1 + 1;
+            CHECK(run_child(self, "2", isas[i], &hi));
+            if (hi != h1)
+                fprintf(stderr, "  CANN_LLM_HOST_ISA=%s gives other bits than the best ISA\n", isas[i]);
+            CHECK(hi == h1);
+        }
         free(self);
     }
     CHECK(aclrtDestroyStream(stream) == ACL_SUCCESS);

@@ -1,15 +1,17 @@
-/* ah_gemm.h - the dot-product engine of the matmul ops (ops_matmul.c): F32 panels, fused
- * multiply-add in 16 fixed lanes, per-group scaling, a fixed reduction tree.
+/* ah_gemm.h - the dot-product engine of the matmul ops (ops_matmul.c): F32 panels, quantized
+ * weights dequantized once per (column, block) for all rows, fused multiply-add in 16 fixed
+ * lanes, a fixed reduction tree.
  *
  * Every output element c[i][j] is computed by exactly one sequence, whatever the ISA path, the
  * number of rows computed together or the thread count:
+ *     b[j][k] = (q[j][k] + offset[j][g]) * scale[j][g]   quantized b, g = k / group: an F32 add
+ *                                           (only with offsets) and an F32 multiply, each rounded
  *     tot = 0 (16 lanes)
- *     for each group g (group elements, a multiple of 32):
- *         acc = 0 (16 lanes)
- *         for each 16-element step s of the group: acc = fma(a[i][s], b[j][s], acc)  (per lane)
- *         tot = fma(acc, scale[j][g], tot)       (scale 1 when there are none)
+ *     for each 16-element step s of k: tot = fma(a[i][s], b[j][s], tot)  (per lane)
  *     c = ((tot[0..7] + tot[8..15]) pairwise halved down to one lane)
- * Scalar code uses fmaf, which rounds like the hardware FMA, so all paths agree bit for bit.
+ * The dequantized b is the same F32 value wherever it is made (a lookup table of the 16 INT4
+ * values per (column, group), a block decoded in registers, or an unpacked F32 panel), and scalar
+ * code uses fmaf, which rounds like the hardware FMA, so all paths agree bit for bit.
  * K is padded with zeros to a multiple of 32 (kp) in both panels.
  */
 #ifndef AH_GEMM_H
@@ -21,15 +23,13 @@
 #define AH_GEMM_KALIGN 32
 
 /* A tile product: m rows of a (row i at a + i*lda) times n columns of b (column j at b + j*ldb),
- * c[i*ldc + j]. scales: NULL, or scale of (column j, group g) at scales[j*lds + g]. */
+ * c[i*ldc + j]. */
 typedef struct ah_gemm_tile {
-    int64_t m, n, kp, group;
+    int64_t m, n, kp;
     const float *a;
     int64_t lda;
     const float *b;
     int64_t ldb;
-    const float *scales;
-    int64_t lds;
     float *c;
     int64_t ldc;
 } ah_gemm_tile;
@@ -40,8 +40,8 @@ void ah_gemm_run_tile(const ah_gemm_tile *t);
  * columns are decoded once per few rows, so the weights are read from memory once for all m):
  * column j's kp values are the bytes at w + j*ldw: INT8 (kp bytes, natural order) or INT4 (kp/2
  * bytes; within each 32-block the 16 low nibbles are elements 0,2,..,30 and come first, then the
- * 16 high nibbles; a must be packed in that order). offsets (or NULL): added to each value before
- * the product, (column j, group g) at offsets[j*lds + g], like scales. */
+ * 16 high nibbles; a must be packed in that order). scales (or NULL: 1) and offsets (or NULL: 0)
+ * of (column j, group g) at scales[j*lds + g], offsets[j*lds + g] dequantize the values. */
 typedef struct ah_gemm_quant {
     int64_t m, n, kp, group;
     const float *a;
@@ -57,8 +57,8 @@ typedef struct ah_gemm_quant {
 
 void ah_gemm_run_quant(const ah_gemm_quant *q);
 
-/* Dequantizes columns [0, n) of a quantized panel into F32 (no scale, offset added), in the
- * order ah_gemm_run_quant reads them: column j to dst + j*ldd (kp floats). */
+/* Dequantizes columns [0, n) of a quantized panel into F32 ((q + offset) * scale, the values
+ * ah_gemm_run_quant multiplies by), in the order it reads them: column j to dst + j*ldd (kp floats). */
 void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd);
 
 #endif /* AH_GEMM_H */

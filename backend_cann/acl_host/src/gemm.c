@@ -49,6 +49,11 @@ static inline v16 s_add(v16 a, v16 b) {
         a.l[i] += b.l[i];
     return a;
 }
+static inline v16 s_mul(v16 a, v16 b) {
+    for (int i = 0; i < 16; i++)
+        a.l[i] *= b.l[i];
+    return a;
+}
 static inline float s_reduce(v16 v) {
     for (int w = 8; w >= 1; w /= 2)
         for (int i = 0; i < w; i++)
@@ -82,6 +87,7 @@ static inline v16 s_i8(const int8_t *p) {
 #define VSET1 s_set1
 #define VFMA s_fma
 #define VADD s_add
+#define VMUL s_mul
 #define VREDUCE s_reduce
 #define VI8 s_i8
 #define VI4 S_I4
@@ -116,6 +122,10 @@ static inline T2 v2x8 a2_fma(v2x8 a, v2x8 b, v2x8 c) {
 }
 static inline T2 v2x8 a2_add(v2x8 a, v2x8 b) {
     v2x8 v = {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+    return v;
+}
+static inline T2 v2x8 a2_mul(v2x8 a, v2x8 b) {
+    v2x8 v = {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
     return v;
 }
 static inline T2 float a2_reduce(v2x8 v) {
@@ -153,6 +163,7 @@ static inline T2 void a2_i4(const int8_t *p, v2x8 *lo, v2x8 *hi) {
 #define VSET1 a2_set1
 #define VFMA a2_fma
 #define VADD a2_add
+#define VMUL a2_mul
 #define VREDUCE a2_reduce
 #define VI8 a2_i8
 #define VI4(p, lo, hi) a2_i4((p), &(lo), &(hi))
@@ -166,6 +177,7 @@ static inline T5 void a5_store(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
 static inline T5 __m512 a5_set1(float x) { return _mm512_set1_ps(x); }
 static inline T5 __m512 a5_fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 static inline T5 __m512 a5_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+static inline T5 __m512 a5_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 static inline T5 float a5_reduce(__m512 v) {
     __m256 r8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(r8), _mm256_extractf128_ps(r8, 1));
@@ -205,6 +217,7 @@ static inline T5 void a5_i4lut(const int8_t *p, __m512 tab, __m512 *lo, __m512 *
 #define VSET1 a5_set1
 #define VFMA a5_fma
 #define VADD a5_add
+#define VMUL a5_mul
 #define VREDUCE a5_reduce
 #define VI8 a5_i8
 #define VI4(p, lo, hi) a5_i4((p), &(lo), &(hi))
@@ -214,8 +227,8 @@ static inline T5 void a5_i4lut(const int8_t *p, __m512 tab, __m512 *lo, __m512 *
 
 /* The decode case m = 1, INT4 on AVX-512: the same per-element sequence as quant_block (ah_gemm.h),
  * specialised so the loop is branch-free: Q4_RN columns interleaved as independent load streams,
- * the offset-shifted lookup table built once per (column, group), and for 32-element groups
- * (g1) one flat loop over the blocks. 8 vector instructions per column and block. */
+ * the dequantized lookup table (tab0 + offset) * scale built once per (column, group), and for
+ * 32-element groups (g1) one flat loop over the blocks. 8 vector instructions per column and block. */
 #define Q4_RN 4
 static inline __attribute__((always_inline)) T5 void q4m1_block(const ah_gemm_quant *q, int64_t j0, int rn,
                                                                bool offs, bool g1) {
@@ -233,10 +246,11 @@ static inline __attribute__((always_inline)) T5 void q4m1_block(const ah_gemm_qu
         tot[c] = _mm512_setzero_ps();
     for (int64_t b0 = 0, g = 0; b0 < nblk; b0 += gblk, g++) {
         const int64_t b1 = g1 ? b0 + 1 : (b0 + gblk < nblk ? b0 + gblk : nblk);
-        __m512 tab[RN], acc[RN];
+        __m512 tab[RN];
         for (int c = 0; c < rn; c++) {
             tab[c] = offs ? _mm512_add_ps(tab0, _mm512_set1_ps(of[c * lds + g])) : tab0;
-            acc[c] = _mm512_setzero_ps();
+            if (sc)
+                tab[c] = _mm512_mul_ps(tab[c], _mm512_set1_ps(sc[c * lds + g]));
         }
         for (int64_t blk = b0; blk < b1; blk++) {
             if (g1 && pf_step <= 64)
@@ -250,12 +264,10 @@ static inline __attribute__((always_inline)) T5 void q4m1_block(const ah_gemm_qu
                     _mm_loadu_si128((const __m128i *)(const void *)(w + c * ldw + blk * 16)));
                 __m512 lo = _mm512_permutexvar_ps(nib, tab[c]);
                 __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(nib, 4), tab[c]);
-                acc[c] = _mm512_fmadd_ps(alo, lo, acc[c]);
-                acc[c] = _mm512_fmadd_ps(ahi, hi, acc[c]);
+                tot[c] = _mm512_fmadd_ps(alo, lo, tot[c]);
+                tot[c] = _mm512_fmadd_ps(ahi, hi, tot[c]);
             }
         }
-        for (int c = 0; c < rn; c++)
-            tot[c] = _mm512_fmadd_ps(acc[c], _mm512_set1_ps(sc ? sc[c * lds + g] : 1.0f), tot[c]);
     }
     for (int c = 0; c < rn; c++)
         q->c[j0 + c] = a5_reduce(tot[c]);
@@ -285,8 +297,9 @@ static T5 void q4m1_run_avx512(const ah_gemm_quant *q) {
 
 /* Several rows (batched decode), INT4 with 32-element groups on AVX-512: per block of Q4_RN
  * columns, row chunks of at most Q4_RM rows each run the whole K with the same per-element
- * sequence as q4m1_block; the columns are decoded once per block and chunk and their bytes come
- * from L1 after the first chunk, so the weights are read from memory once for all m rows. */
+ * sequence as q4m1_block; the columns are dequantized once per block and chunk (2 FMAs per row
+ * and block remain) and their bytes come from L1 after the first chunk, so the weights are read
+ * from memory once for all m rows. */
 #define Q4_RM 4
 static inline __attribute__((always_inline)) T5 void q4mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
                                                                int rm, int rn, bool offs) {
@@ -309,16 +322,16 @@ static inline __attribute__((always_inline)) T5 void q4mr_block(const ah_gemm_qu
             for (int64_t off = 0; off < pf_step; off += 64)
                 __builtin_prefetch(pf + blk * pf_step + off);
         for (int c = 0; c < rn; c++) {
-            const __m512 tab = offs ? _mm512_add_ps(tab0, _mm512_set1_ps(of[c * lds + blk])) : tab0;
+            __m512 tab = offs ? _mm512_add_ps(tab0, _mm512_set1_ps(of[c * lds + blk])) : tab0;
+            if (sc)
+                tab = _mm512_mul_ps(tab, _mm512_set1_ps(sc[c * lds + blk]));
             const __m512i nib =
                 _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + c * ldw + blk * 16)));
             const __m512 lo = _mm512_permutexvar_ps(nib, tab);
             const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(nib, 4), tab);
-            const __m512 s = _mm512_set1_ps(sc ? sc[c * lds + blk] : 1.0f);
             for (int r = 0; r < rm; r++) {
-                __m512 acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, _mm512_setzero_ps());
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, acc);
-                tot[r][c] = _mm512_fmadd_ps(acc, s, tot[r][c]);
+                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, tot[r][c]);
+                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, tot[r][c]);
             }
         }
     }
@@ -342,7 +355,8 @@ static inline __attribute__((always_inline)) T5 void q4mr_cols(const ah_gemm_qua
     }
 }
 
-/* The same for INT8 columns (the Q8_0 output layer of small models): VI8 decodes each half. */
+/* The same for INT8 columns (the Q8_0 output layer of small models): VI8 decodes each half, then
+ * (q + offset) * scale as everywhere. */
 static inline __attribute__((always_inline)) T5 void q8mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
                                                                int rm, int rn, bool offs) {
     enum { RN = Q4_RN, RM = Q4_RM };
@@ -366,11 +380,14 @@ static inline __attribute__((always_inline)) T5 void q8mr_block(const ah_gemm_qu
                 lo = _mm512_add_ps(lo, o);
                 hi = _mm512_add_ps(hi, o);
             }
-            const __m512 s = _mm512_set1_ps(sc ? sc[c * lds + blk] : 1.0f);
+            if (sc) {
+                const __m512 s = _mm512_set1_ps(sc[c * lds + blk]);
+                lo = _mm512_mul_ps(lo, s);
+                hi = _mm512_mul_ps(hi, s);
+            }
             for (int r = 0; r < rm; r++) {
-                __m512 acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, _mm512_setzero_ps());
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, acc);
-                tot[r][c] = _mm512_fmadd_ps(acc, s, tot[r][c]);
+                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, tot[r][c]);
+                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, tot[r][c]);
             }
         }
     }

@@ -5,9 +5,11 @@
  * unit does for F16 / BF16 (F32 accumulation). cubeMathType is validated; FP32 inputs compute in
  * FP32 except USE_FP16 (2), which rounds them to F16 first as the hardware does.
  * WeightQuantBatchMatmulV2: y = x @ ((weight + offset) * scale) (+ bias), INT8 / INT4 weights
- * per-tensor, per-channel or per-group scales; decode-sized m (one row or a batch of decoding
- * sequences, up to WQ_MAX_DIRECT_M) streams the quantized weight once and dequantizes in
- * registers for all rows, larger m dequantizes a tile of columns once and reuses it.
+ * per-tensor, per-channel or per-group scales: each weight is dequantized to the F32 value
+ * (q + offset) * scale, then multiplied like an F32 weight (ah_gemm.h). Decode-sized m (one
+ * row or a batch of decoding sequences, up to WQ_MAX_DIRECT_M) streams the quantized weight once
+ * and dequantizes in registers for all rows, larger m dequantizes a tile of columns once and
+ * reuses it.
  * Work is split over output columns (never over K); every output element follows one fixed
  * sequence, so results do not depend on m, the other rows or the thread count.
  */
@@ -151,9 +153,9 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
             if (c->p->to_f16)
                 round_f16(col, g->k);
         }
-        ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp, .group = c->kp,
+        ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp,
                           .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
-                          .b = bt, .ldb = c->kp, .scales = NULL, .lds = 0, .c = ct, .ldc = c->nt};
+                          .b = bt, .ldb = c->kp, .c = ct, .ldc = c->nt};
         ah_gemm_run_tile(&t);
         char *out = tensor_base(c->out) + oc * (int64_t)oes;
         for (int64_t i = 0; i < g->m; i++)
@@ -454,8 +456,8 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
             ah_gemm_run_quant(&q);
         } else {
             ah_gemm_unpack_quant(&q, ft, kp);
-            ah_gemm_tile t = {.m = p->m, .n = nn, .kp = kp, .group = c->gsize, .a = c->apack, .lda = kp,
-                              .b = ft, .ldb = kp, .scales = sc, .lds = c->ngroups, .c = ct, .ldc = nt};
+            ah_gemm_tile t = {.m = p->m, .n = nn, .kp = kp, .a = c->apack, .lda = kp, .b = ft, .ldb = kp,
+                              .c = ct, .ldc = nt};
             ah_gemm_run_tile(&t);
         }
         if (c->bias)
