@@ -313,18 +313,26 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
             engine_loop.cancel(job)
             raise engine_error(exc)
 
+    def dumps(obj) -> str:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
     def sse(obj) -> str:
-        return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+        return f"data: {dumps(obj)}\n\n"
 
     async def stream(job: Job, outs: list[ChoiceOutput], head: dict, chat: bool,
                      include_usage: bool):
         finished = False
+        # the head (id, object, created, model, ...) is encoded once per response
+        prefix = "data: " + dumps(head)[:-1] + ',"choices":'
+
+        def chunk(choice, usage_=None) -> str:
+            tail = f',"usage":{dumps(usage_)}}}\n\n' if usage_ is not None else "}\n\n"
+            return prefix + dumps([choice] if choice is not None else []) + tail
         try:
             if chat:
                 for o in outs:
-                    yield sse({**head, "choices": [{"index": o.index, "delta": {
-                        "role": "assistant", "content": ""}, "logprobs": None,
-                        "finish_reason": None}]})
+                    yield chunk({"index": o.index, "delta": {"role": "assistant", "content": ""},
+                                 "logprobs": None, "finish_reason": None})
             left, u = job.n_choices, None
             try:
                 async for evs in events(job):
@@ -338,23 +346,20 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                             r2, c2 = o.finish(ev.finish_reason)
                             reasoning, content = reasoning + r2, content + c2
                         if reasoning or content or lps:
-                            yield sse({**head, "choices": [
-                                delta(o, reasoning, content, lps, None, chat)]})
+                            yield chunk(delta(o, reasoning, content, lps, None, chat))
                         if ev.finish_reason is not None:
                             left -= 1
-                            last = {**head, "choices": [
-                                delta(o, "", "", [], public_reason(ev.finish_reason), chat)]}
                             if not left:   # the chunk that ends the response carries usage
                                 u = usage(job, outs)
-                                last["usage"] = u
-                            yield sse(last)
+                            yield chunk(delta(o, "", "", [], public_reason(ev.finish_reason),
+                                              chat), None if left else u)
             except Exception as exc:     # after the 200: the error travels as an event
                 yield sse(engine_error(exc).body())
                 yield "data: [DONE]\n\n"
                 finished = True
                 return
             if include_usage:
-                yield sse({**head, "choices": [], "usage": u})
+                yield chunk(None, u)
             yield "data: [DONE]\n\n"
             finished = True
         finally:

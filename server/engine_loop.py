@@ -76,6 +76,11 @@ class Job:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
 
+def _deliver(batch) -> None:
+    for job, evs in batch:
+        job.queue.put_nowait(evs)
+
+
 class EngineLoop:
     """Owns the model and the engine in a thread; submit()/cancel()/embed() from the loop."""
 
@@ -260,8 +265,9 @@ class EngineLoop:
                 owners.pop(id(seq), None)
                 self.engine.release(seq, keep=True)
             per_job.setdefault(id(job), (job, []))[1].append(ev)
-        for job, evs in per_job.values():
-            job.post(evs)
+        if per_job:       # one wake-up of the event loop per step, not one per job
+            batch = list(per_job.values())
+            batch[0][0].loop.call_soon_threadsafe(_deliver, batch)
 
     def _shutdown(self, owners) -> None:
         for job in {j for j, _ in owners.values()}:
