@@ -59,8 +59,8 @@ def add_bench_arguments(p):
     p.add_argument("--llamacpp", default="auto", metavar="auto|off|PYTHON",
                    help="also measure llama.cpp (llama-cpp-python) on the same file: auto (when "
                         "this Python can import llama_cpp), off, or a Python that can")
-    add_model_arguments(p)
-    p.set_defaults(ctx_size=0)
+    add_model_arguments(p, ctx_default=0, ctx_help="context size in tokens (default 0: what the "
+                        "test needs, -p + -n + 16 and at least 1024)")
 
 
 def cmd_bench(args) -> int:

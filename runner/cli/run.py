@@ -29,10 +29,12 @@ def register(commands) -> None:
 
 # -- arguments shared by run and bench --------------------------------------------------------
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
+def add_model_arguments(p: argparse.ArgumentParser, ctx_default: int = 4096,
+                        ctx_help: str | None = None) -> None:
     one_line_errors(p)
-    p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N",
-                   help="context size in tokens (0: the model's training context; default 4096)")
+    p.add_argument("-c", "--ctx-size", type=int, default=ctx_default, metavar="N",
+                   help=ctx_help or "context size in tokens (0: the model's training context; "
+                                    f"default {ctx_default})")
     p.add_argument("-t", "--threads", type=int, default=None, metavar="N",
                    help="host threads (default: all cores; also CANN_LLM_THREADS)")
     p.add_argument("-b", "--batch-size", type=int, default=512, metavar="N",

@@ -47,7 +47,8 @@ def register(commands) -> None:
                    help="on SIGINT/SIGTERM, seconds to let requests in flight finish (30)")
     p.add_argument("--max-body-size", type=int, default=16 * 2**20, metavar="BYTES",
                    help="largest request body accepted; larger ones get 413 (16 MiB)")
-    add_model_arguments(p)
+    add_model_arguments(p, ctx_help="one sequence's context in tokens, prompt and answer "
+                        "(default 4096)")
     p.set_defaults(handler=cmd_serve)
 
 
