@@ -222,6 +222,9 @@ class Engine:
                 self.seqs[sid] = s
             prompt = seq.pending
             kv = self.model.kv
+            if want is None:        # a free id may still hold cells kept without a prefix cache
+                for sid in ids:     # (generate()'s sequence 0): they are stale for a new owner
+                    kv.seq_rm(sid, None, None)
             if want is not None:
                 cached = seq._cached if seq._cached is not None else self.cache.get(want)
                 self.cache.pop(want, None)

@@ -342,3 +342,24 @@ def test_a_queue_that_can_never_run_is_an_error_not_a_spin(default_model_path):
         engine.run()
         assert len(b.generated) == 2
         engine.release(b)
+
+
+def test_a_new_sequence_never_sees_cells_left_under_its_id(smol):
+    """generate() keeps sequence 0's cells for its next call; an Engine sequence that later gets
+    id 0 must not attend to them."""
+    smol.kv.clear()
+    smol._seq_tokens = []
+    prompt = _requests(smol)[0][0]
+    engine = Engine(smol)
+    alone = engine.add(prompt, SamplingParams(temperature=0), max_tokens=12, logprobs=0)
+    engine.run()
+    engine.release(alone)
+    list(smol.generate(list(range(1000, 1060)), max_tokens=3, temperature=0))   # keeps seq 0
+    assert smol.kv.seq_pos_max(0) >= 0
+    again = engine.add(prompt, SamplingParams(temperature=0), max_tokens=12, logprobs=0)
+    assert again.id == 0
+    engine.run()
+    assert again.generated == alone.generated          # and the raw logits are the same bits:
+    assert [e.logprob for e in again.token_logprobs] == [e.logprob for e in alone.token_logprobs]
+    engine.release(again)
+    smol.kv.clear()
