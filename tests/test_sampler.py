@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from cann_llm.sampler import Sampler
 
@@ -142,3 +143,19 @@ def test_bad_settings_are_value_errors(kwargs):
 def test_bad_logits_shape():
     with pytest.raises(ValueError):
         Sampler().sample(np.zeros((2, 3), np.float32))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([-np.inf, -40.0, -9.5, -3.0, -1.0, 0.0, 0.5, 2.0, 7.25]) |
+                st.floats(-50, 50, width=32), min_size=1, max_size=300),
+       st.integers(1, 64))
+def test_top_k_ids_equal_a_full_partition(values, k):
+    """_top_ids partitions only the logits near the maximum when k of them are there; its ids
+    are those of a partition of the whole vocabulary, ties to the lowest ids."""
+    logits = np.array(values, dtype=np.float32)
+    k = min(k, logits.size)
+    n = logits.size
+    kth = np.partition(logits, n - k)[n - k]
+    above = np.flatnonzero(logits > kth)
+    expect = np.sort(np.concatenate((above, np.flatnonzero(logits == kth)[: k - above.size])))
+    assert np.array_equal(Sampler._top_ids(logits, k), expect)
