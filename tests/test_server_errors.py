@@ -2,7 +2,6 @@
 status (400 malformed or unsupported, 401 auth, 404 unknown model or route, 405, 413 body size,
 503 queue), nothing asked for is silently ignored, and routine client defaults are accepted."""
 
-import httpx
 import openai
 import pytest
 
