@@ -8,7 +8,16 @@ stream and neither it nor anything after it is emitted.
 
 from __future__ import annotations
 
-__all__ = ["TextStream"]
+__all__ = ["TextStream", "partial_prefix"]
+
+
+def partial_prefix(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag` (text that may be
+    the start of `tag` and must wait for the next tokens)."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
 
 
 class TextStream:
@@ -49,10 +58,4 @@ class TextStream:
 
     def _partial_stop(self, text: str) -> int:
         """Length of the longest suffix of `text` that begins some stop string."""
-        best = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(text)), best, -1):
-                if text.endswith(s[:n]):
-                    best = n
-                    break
-        return best
+        return max((partial_prefix(text, s) for s in self.stops), default=0)

@@ -163,7 +163,7 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
             hp = engine_loop.model.hparams
             meta = {"arch": hp.arch, "n_vocab": hp.n_vocab, "n_ctx": config.n_ctx,
                     "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd,
-                    "n_params": None, "slots": config.parallel}
+                    "slots": config.parallel}
         return {"id": config.alias, "object": "model", "created": created,
                 "owned_by": "cann-llm", "meta": meta}
 
@@ -207,6 +207,24 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         if bad is not None:
             raise APIError(400, f"{field}: token id {bad} is outside the vocabulary "
                                 f"(0..{n_vocab - 1})", param=field)
+
+    async def token_lists(model, value, field: str) -> tuple[list | None, list[list[int]]]:
+        """(texts or None, token lists) of a prompt/input field: a string, strings, token ids or
+        lists of token ids; ids are checked against the vocabulary, every list is non-empty and
+        fits the context."""
+        if isinstance(value, str) or isinstance(value[0], str):
+            texts = [value] if isinstance(value, str) else list(value)
+            lists = await run_in_threadpool(lambda: [model.tokenize(t) for t in texts])
+        else:
+            texts = None
+            lists = [value] if isinstance(value[0], int) else list(value)
+            for ids in lists:
+                check_ids(model, ids, field)
+        for ids in lists:
+            if not ids:
+                raise APIError(400, f"{field}: an entry gives no tokens", param=field)
+            check_context(len(ids), field)
+        return texts, lists
 
     def sampling(body, model) -> SamplingParams:
         d = SamplingParams()
@@ -439,22 +457,7 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         model = model_of()
         check_request(body)
         params = sampling(body, model)
-        p = body.prompt
-        if isinstance(p, str):
-            texts = [p]
-        elif isinstance(p[0], str):
-            texts = list(p)
-        else:
-            texts = None
-            lists = [p] if isinstance(p[0], int) else list(p)
-            for ids in lists:
-                check_ids(model, ids, "prompt")
-        if texts is not None:
-            lists = await run_in_threadpool(lambda: [model.tokenize(t) for t in texts])
-            if any(not ids for ids in lists):
-                raise APIError(400, "prompt: a prompt gives no tokens", param="prompt")
-        for ids in lists:
-            check_context(len(ids), "prompt")
+        texts, lists = await token_lists(model, body.prompt, "prompt")
         if len(lists) * body.n > config.parallel + config.queue_size:
             raise APIError(400, f"{len(lists)} prompts x n={body.n} choices is more than the "
                                 f"server queues", param="prompt")
@@ -496,22 +499,7 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                            code="embeddings_disabled")
         model = model_of()
         check_model(body.model)
-        x = body.input
-        if isinstance(x, str):
-            texts, lists = [x], None
-        elif isinstance(x[0], str):
-            texts, lists = list(x), None
-        else:
-            texts = None
-            lists = [x] if isinstance(x[0], int) else list(x)
-            for ids in lists:
-                check_ids(model, ids, "input")
-        if texts is not None:
-            lists = await run_in_threadpool(lambda: [model.tokenize(t) for t in texts])
-        for ids in lists:
-            if not ids:
-                raise APIError(400, "input: an input gives no tokens", param="input")
-            check_context(len(ids), "input")
+        _, lists = await token_lists(model, body.input, "input")
 
         def embed_all(m, batch):
             engine = engine_loop.engine

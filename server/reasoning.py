@@ -5,6 +5,8 @@ models. Streaming-safe: a tag split across tokens is held back until it is compl
 
 from __future__ import annotations
 
+from cann_llm.text_stream import partial_prefix
+
 __all__ = ["ReasoningSplitter", "prompt_opens_thinking"]
 
 OPEN, CLOSE = "<think>", "</think>"
@@ -42,7 +44,7 @@ class ReasoningSplitter:
                     self._buf = self._buf[i + len(CLOSE):].lstrip("\n")
                     self.mode = "answer_start"
                     continue
-                keep = _partial_suffix(self._buf, CLOSE)
+                keep = partial_prefix(self._buf, CLOSE)
                 reasoning += self._buf[:len(self._buf) - keep]
                 self._buf = self._buf[len(self._buf) - keep:]
                 break
@@ -62,9 +64,3 @@ class ReasoningSplitter:
             return rest, ""
         return "", rest
 
-
-def _partial_suffix(text: str, tag: str) -> int:
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0

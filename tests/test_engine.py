@@ -267,10 +267,9 @@ def test_n_choices_fork_the_prompt_and_use_seed_plus_i(smol):
     engine = Engine(smol)
     prompt = _requests(smol)[0][0]
     params = SamplingParams(temperature=1.0, seed=100)
-    seqs = [engine.add(prompt, params, max_tokens=6)]
-    seqs += seqs[0].forks
-    assert len(seqs) == 1 and not seqs[0].forks
-    engine.release(seqs[0])
+    single = engine.add(prompt, params, max_tokens=6)
+    assert not single.forks                         # n = 1: no other choices
+    engine.release(single)
     parent = engine.add(prompt, params, max_tokens=6, n=3)
     choices = [parent] + parent.forks
     steps = 0

@@ -15,7 +15,7 @@ from .common import RunError, Stream, err as _err, log as _log, one_line_errors,
     check_device_flag, resolve_model
 
 __all__ = ["register", "add_run_arguments", "cmd_run", "add_model_arguments", "load_model",
-           "sampling_kwargs", "print_timings"]
+           "read_chat_template", "sampling_kwargs", "print_timings"]
 
 
 def register(commands) -> None:
@@ -67,16 +67,21 @@ def _check_model_arguments(args) -> str:
     return args.device.upper()
 
 
+def read_chat_template(args) -> str | None:
+    """The text of --chat-template-file, or None without it (RunError if it cannot be read)."""
+    if not getattr(args, "chat_template_file", None):
+        return None
+    try:
+        with open(args.chat_template_file, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunError(f"--chat-template-file: {e}") from None
+
+
 def load_model(args, path: str):
     import cann_llm
     device = _check_model_arguments(args)
-    template = None
-    if getattr(args, "chat_template_file", None):
-        try:
-            with open(args.chat_template_file, encoding="utf-8") as f:
-                template = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise RunError(f"--chat-template-file: {e}") from None
+    template = read_chat_template(args)
     kwargs = dict(device=device, n_ctx=args.ctx_size, n_threads=args.threads,
                   chat_template=template, n_batch=args.batch_size,
                   type_k=args.cache_type_k, type_v=args.cache_type_v,

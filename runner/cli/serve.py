@@ -12,7 +12,7 @@ import os
 import signal
 
 from .common import RunError, log as _log, resolve_model
-from .run import _check_model_arguments, add_model_arguments
+from .run import _check_model_arguments, add_model_arguments, read_chat_template
 
 __all__ = ["register", "cmd_serve"]
 
@@ -79,13 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise RunError(f"the server needs its extra: pip install 'cann-llm[server]' ({e})") \
             from None
     path = resolve_model(args.model)
-    template = None
-    if args.chat_template_file:
-        try:
-            with open(args.chat_template_file, encoding="utf-8") as f:
-                template = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise RunError(f"--chat-template-file: {e}") from None
+    template = read_chat_template(args)
     alias = args.model_alias or os.path.splitext(os.path.basename(path))[0]
     config = ServeConfig(
         model_path=path, alias=alias, n_ctx=args.ctx_size, kv_size=args.kv_size,

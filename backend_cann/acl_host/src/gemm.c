@@ -340,21 +340,6 @@ static inline __attribute__((always_inline)) T5 void q4mr_block(const ah_gemm_qu
             q->c[(i0 + r) * q->ldc + j0 + c] = a5_reduce(tot[r][c]);
 }
 
-static inline __attribute__((always_inline)) T5 void q4mr_cols(const ah_gemm_quant *q, int64_t j, int rn,
-                                                              bool offs) {
-    const int64_t nchunk = (q->m + Q4_RM - 1) / Q4_RM;
-    for (int64_t ch = 0, i0 = 0; ch < nchunk; ch++) {
-        int64_t i1 = q->m * (ch + 1) / nchunk;
-        switch (i1 - i0) {
-        case 1: q4mr_block(q, i0, j, 1, rn, offs); break;
-        case 2: q4mr_block(q, i0, j, 2, rn, offs); break;
-        case 3: q4mr_block(q, i0, j, 3, rn, offs); break;
-        default: q4mr_block(q, i0, j, 4, rn, offs); break;
-        }
-        i0 = i1;
-    }
-}
-
 /* The same for INT8 columns (the Q8_0 output layer of small models): VI8 decodes each half, then
  * (q + offset) * scale as everywhere. */
 static inline __attribute__((always_inline)) T5 void q8mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
@@ -396,16 +381,18 @@ static inline __attribute__((always_inline)) T5 void q8mr_block(const ah_gemm_qu
             q->c[(i0 + r) * q->ldc + j0 + c] = a5_reduce(tot[r][c]);
 }
 
-static inline __attribute__((always_inline)) T5 void q8mr_cols(const ah_gemm_quant *q, int64_t j, int rn,
-                                                              bool offs) {
+/* Row chunks of at most Q4_RM rows, each a q4mr_block (int8: q8mr_block) with a constant row
+ * count, so the compiler unrolls the rows of each chunk size. */
+static inline __attribute__((always_inline)) T5 void mr_cols(const ah_gemm_quant *q, int64_t j, int rn,
+                                                            bool offs, bool int8) {
     const int64_t nchunk = (q->m + Q4_RM - 1) / Q4_RM;
     for (int64_t ch = 0, i0 = 0; ch < nchunk; ch++) {
         int64_t i1 = q->m * (ch + 1) / nchunk;
         switch (i1 - i0) {
-        case 1: q8mr_block(q, i0, j, 1, rn, offs); break;
-        case 2: q8mr_block(q, i0, j, 2, rn, offs); break;
-        case 3: q8mr_block(q, i0, j, 3, rn, offs); break;
-        default: q8mr_block(q, i0, j, 4, rn, offs); break;
+        case 1: int8 ? q8mr_block(q, i0, j, 1, rn, offs) : q4mr_block(q, i0, j, 1, rn, offs); break;
+        case 2: int8 ? q8mr_block(q, i0, j, 2, rn, offs) : q4mr_block(q, i0, j, 2, rn, offs); break;
+        case 3: int8 ? q8mr_block(q, i0, j, 3, rn, offs) : q4mr_block(q, i0, j, 3, rn, offs); break;
+        default: int8 ? q8mr_block(q, i0, j, 4, rn, offs) : q4mr_block(q, i0, j, 4, rn, offs); break;
         }
         i0 = i1;
     }
@@ -416,11 +403,11 @@ static T5 void q8mr_run_avx512(const ah_gemm_quant *q) {
     int64_t j = 0;
     for (; j + Q4_RN <= q->n; j += Q4_RN)
         if (offs)
-            q8mr_cols(q, j, Q4_RN, true);
+            mr_cols(q, j, Q4_RN, true, true);
         else
-            q8mr_cols(q, j, Q4_RN, false);
+            mr_cols(q, j, Q4_RN, false, true);
     for (; j < q->n; j++)
-        q8mr_cols(q, j, 1, offs);
+        mr_cols(q, j, 1, offs, true);
 }
 
 static T5 void q4mr_run_avx512(const ah_gemm_quant *q) {
@@ -428,11 +415,11 @@ static T5 void q4mr_run_avx512(const ah_gemm_quant *q) {
     int64_t j = 0;
     for (; j + Q4_RN <= q->n; j += Q4_RN)
         if (offs)
-            q4mr_cols(q, j, Q4_RN, true);
+            mr_cols(q, j, Q4_RN, true, false);
         else
-            q4mr_cols(q, j, Q4_RN, false);
+            mr_cols(q, j, Q4_RN, false, false);
     for (; j < q->n; j++)
-        q4mr_cols(q, j, 1, offs);
+        mr_cols(q, j, 1, offs, false);
 }
 
 /* AVX2 level without FMA (rare) falls back to the portable code. */
