@@ -179,6 +179,23 @@ int main(void)
     CHECK(!keep_polling(&budget));
     CHECK(workers_asleep());
     atomic_store(&g_no_poll_until, 0);
+    /* A poller that lost the CPU pauses polling in proportion to the time lost: BACKOFF_FACTOR
+     * times 1 ms, and at most BACKOFF_MAX_NS for a long loss. The next round reads the clock. */
+    uint64_t lost_ns[] = {1000000ull, 50000000ull};
+    for (int i = 0; i < 2; i++) {
+        uint64_t t0 = now_ns();
+        poll_budget lost = {t0 + 1000000000ull, t0 - lost_ns[i], 15, 100000};
+        CHECK(!keep_polling(&lost));
+        uint64_t want = lost_ns[i] * BACKOFF_FACTOR < BACKOFF_MAX_NS ? lost_ns[i] * BACKOFF_FACTOR
+                                                                      : BACKOFF_MAX_NS;
+        uint64_t until = atomic_load(&g_no_poll_until), t1 = now_ns();
+        /* the loss measured also counts the time since t0 (the yield) */
+        CHECK(until >= t0 + want && until <= t1 + want + BACKOFF_FACTOR * (t1 - t0));
+        poll_budget fresh = {0, 0, 0, 100000};
+        CHECK(!keep_polling(&fresh)); /* nobody polls during the pause */
+    }
+    CHECK(lost_ns[0] * BACKOFF_FACTOR < BACKOFF_MAX_NS && lost_ns[1] * BACKOFF_FACTOR > BACKOFF_MAX_NS);
+    atomic_store(&g_no_poll_until, 0);
     ah_pool_shutdown();
     setenv("CANN_LLM_POLL", "0", 1);
     CHECK(covered_once(1000, 1, false));

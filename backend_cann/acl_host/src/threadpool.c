@@ -12,10 +12,10 @@
  * it sleeps on a futex; the caller likewise polls for the last chunks of its job before it
  * sleeps. A graph's ops follow each other within microseconds, so while one runs the workers
  * stay awake and a dispatch costs no system call; an idle pool sleeps after CANN_LLM_POLL and
- * costs no CPU. When a poller finds it was off the CPU (the cores are oversubscribed), polling
- * stops for 100 ms. With 0 every wait is a futex wait. A dispatch costs at most one futex wake
- * (only when a worker sleeps and there are chunks for it); a worker that wakes after the job was
- * finished goes back to waiting without touching it.
+ * costs no CPU. When a poller finds it was off the CPU (the cores may be oversubscribed),
+ * polling stops for a time in proportion to the time it lost. With 0 every wait is a futex wait.
+ * A dispatch costs at most one futex wake (only when a worker sleeps and there are chunks for
+ * it); a worker that wakes after the job was finished goes back to waiting without touching it.
  *
  * The job word packs (generation, chunk count, next chunk): claiming a chunk is one CAS on it,
  * so a late worker can never claim a chunk of a newer job by mistake, and the job's fields (fn,
@@ -89,9 +89,15 @@ static uint64_t now_ns(void)
 /* A bounded spin. Each call pauses once; every 16 calls (~0.5 us) it yields the CPU to any
  * thread waiting for it and reads the clock. False once poll_us have passed (at once for 0), or
  * when the clock shows this thread was off the CPU for a while (a yield that ran another thread,
- * or a preemption): the CPUs are then oversubscribed, and a spinner only burns the time slice its
- * own chunks will need (the scheduler favours a thread that slept), so polling stops everywhere
- * in the pool for BACKOFF_NS and every wait is a futex wait, as with CANN_LLM_POLL=0. */
+ * or a preemption): the CPUs may be oversubscribed, and a spinner would only burn the time slice
+ * its own chunks will need (the scheduler favours a thread that slept), so polling stops
+ * everywhere in the pool for BACKOFF_FACTOR times the time lost (at most BACKOFF_MAX_NS) and every
+ * wait is a futex wait, as with CANN_LLM_POLL=0. In proportion, because one lost slice is common
+ * when the cores are not oversubscribed at all: the application's thread, woken at the end of
+ * a graph, may land on a polling worker's CPU and keep it for the millisecond it spends between
+ * graphs. A fixed 100 ms pause after each such event left batched decode without polling most of
+ * the time (docs/acl_host.md, "Waits"). Real oversubscription loses a slice every few ms and so
+ * keeps polling off. */
 typedef struct poll_budget {
     uint64_t deadline; /* 0: clock not read yet */
     uint64_t last;     /* the previous clock reading */
@@ -100,7 +106,8 @@ typedef struct poll_budget {
 } poll_budget;
 
 #define DESCHEDULED_NS 20000ull
-#define BACKOFF_NS 100000000ull
+#define BACKOFF_FACTOR 8u
+#define BACKOFF_MAX_NS 100000000ull
 static _Atomic uint64_t g_no_poll_until; /* CLOCK_MONOTONIC ns */
 
 static bool keep_polling(poll_budget *p)
@@ -119,8 +126,10 @@ static bool keep_polling(poll_budget *p)
         p->last = t;
         return true;
     }
-    if (t - p->last > DESCHEDULED_NS) {
-        atomic_store_explicit(&g_no_poll_until, t + BACKOFF_NS, memory_order_relaxed);
+    uint64_t lost = t - p->last;
+    if (lost > DESCHEDULED_NS) {
+        uint64_t pause = lost < BACKOFF_MAX_NS / BACKOFF_FACTOR ? lost * BACKOFF_FACTOR : BACKOFF_MAX_NS;
+        atomic_store_explicit(&g_no_poll_until, t + pause, memory_order_relaxed);
         return false;
     }
     p->last = t;
