@@ -201,6 +201,7 @@ class Plan:
         self.ctx = be.Context(max_tensors=4096)
         self.nodes = [n for n in graph.nodes]
         self.index = {n.address: i for i, n in enumerate(self.nodes)}
+        self._read_nodes()
         self._assign()
         self._split(split_each_node)
         self._liveness()
@@ -210,65 +211,78 @@ class Plan:
         self._out_host = {name: np.empty(t.shape, dtype=t.dtype)
                           for name, t in self.outputs.items()}
 
+    # ---- pass 0: what the passes read of each node, read once (each read crosses cffi) ----------
+    def _read_nodes(self):
+        """Per node: op, whether it is a view, its root (memory owner) and root address, and its
+        sources with their roots as they are before _wire rewires them. A planned graph of a
+        small model has ~850 nodes and each pass used to read these again."""
+        self.ops = [n.op for n in self.nodes]
+        self.views = [n.is_view for n in self.nodes]
+        self.roots = [_root(n) for n in self.nodes]
+        self.root_addrs = [r.address for r in self.roots]
+        known: dict = {}
+        # per node: [(src or None, its root or None, the root's address or None)]
+        self.srcs = [n.sources_with_roots(known) for n in self.nodes]
+        self._supports: dict = {}          # (slot, node index) -> bool
+
+    def _supported(self, slot: int, i: int) -> bool:
+        key = (slot, i)
+        ok = self._supports.get(key)
+        if ok is None:
+            ok = self._supports[key] = self.sched.slots[slot].supports(self.nodes[i])
+        return ok
+
     # ---- pass 1-4: assign a backend to every node ----------------------------------------------
     def _assign(self):
-        sched, slots = self.sched, self.sched.slots
-        nodes = self.nodes
+        sched = self.sched
+        nodes, ops, supported = self.nodes, self.ops, self._supported
         assign: list = [None] * len(nodes)
         self.leaf_slot = {}                  # root address -> slot (pre-allocated leaves)
 
-        def pinned(t):
-            r = _root(t)
-            if r.address in self.index:
-                return None
-            return sched.slot_of_buffer(r)
-
         # pass 1: nodes on pre-allocated tensors: writes into them (SET_ROWS, CPY) and views of
         # them go where the memory is; ops with a weight operand go to the weight's device
-        for i, n in enumerate(nodes):
-            if n.is_view:
-                s = pinned(n)
+        for i in range(len(nodes)):
+            if self.views[i] and self.root_addrs[i] not in self.index:
+                s = sched.slot_of_buffer(self.roots[i])
                 if s is not None:
                     assign[i] = s
                     continue
-            for src in n.src:
-                if _is_weights(_root(src)):
-                    s = sched.slot_of_buffer(_root(src))
-                    if s is not None and slots[s].supports(n):
+            for src, root, _ in self.srcs[i]:
+                if src is not None and _is_weights(root):
+                    s = sched.slot_of_buffer(root)
+                    if s is not None and supported(s, i):
                         assign[i] = s
                         break
         # pass 2: expand device assignments down the graph, then up (runs of unassigned nodes
         # join their neighbour's backend when it supports them)
         cur = None
-        for i, n in enumerate(nodes):
+        for i in range(len(nodes)):
             if assign[i] is not None:
                 cur = assign[i] if assign[i] != sched.cpu else None
-            elif cur is not None and slots[cur].supports(n):
+            elif cur is not None and supported(cur, i):
                 assign[i] = cur
         cur = None
         for i in range(len(nodes) - 1, -1, -1):
-            n = nodes[i]
             if assign[i] is not None:
                 cur = assign[i] if assign[i] != sched.cpu else None
-            elif cur is not None and slots[cur].supports(n):
+            elif cur is not None and supported(cur, i):
                 assign[i] = cur
         # pass 3: what is left goes to the first backend that supports it
         for i, n in enumerate(nodes):
             if assign[i] is None:
-                assign[i] = next((k for k, s in enumerate(slots) if s.supports(n)), None)
+                assign[i] = next((k for k in range(len(sched.slots)) if supported(k, i)), None)
                 if assign[i] is None:
                     raise SchedError(f"no backend runs node {n.name!r} ({n.op_desc})")
         # pass 4: view nodes follow their source; unsupported assignments fall back to the CPU
-        for i, n in enumerate(nodes):
-            if n.op in _VIEW_OPS:
-                r = _root(n)
-                j = self.index.get(r.address)
+        for i in range(len(nodes)):
+            if ops[i] in _VIEW_OPS:
+                j = self.index.get(self.root_addrs[i])
                 if j is not None:
                     assign[i] = assign[j]
                 else:
-                    s = sched.slot_of_buffer(r)
+                    s = sched.slot_of_buffer(self.roots[i])
                     assign[i] = s if s is not None else assign[i]
-            elif not slots[assign[i]].supports(n):
+            elif not supported(assign[i], i):
                 assign[i] = sched.cpu
         self.assign = assign
 
@@ -276,7 +290,7 @@ class Plan:
     def _split(self, each_node: bool):
         splits: list[Split] = []
         for i, n in enumerate(self.nodes):
-            if n.op in _VIEW_OPS:
+            if self.ops[i] in _VIEW_OPS:
                 continue
             s = self.assign[i]
             if each_node or not splits or splits[-1].slot != s:
@@ -292,15 +306,15 @@ class Plan:
         """Last use (graph index) of every root, through views and across backends, and of every
         root on each backend (how long a copy there must live); before any rewiring."""
         self.last, self.last_on = {}, {}
-        for i, n in enumerate(self.nodes):
-            if n.op in _VIEW_OPS:
+        last, last_on = self.last, self.last_on
+        for i, entries in enumerate(self.srcs):
+            if self.ops[i] in _VIEW_OPS:
                 continue
             s = self.assign[i]
-            for src in ref._sources(n):
-                if src is not None:
-                    r = _root(src).address
-                    self.last[r] = max(self.last.get(r, -1), i)
-                    self.last_on[(r, s)] = max(self.last_on.get((r, s), -1), i)
+            for src, _, r in entries:
+                if src is not None:     # nodes come in order: i is the latest use so far
+                    last[r] = i
+                    last_on[(r, s)] = i
 
     # ---- pass 6: inputs of each split from other backends (copies) and earlier splits (aliases) --
     def _wire(self):
@@ -316,14 +330,13 @@ class Plan:
             if sched.slots[sp.slot].is_cpu:
                 continue
             for n in sp.nodes:
-                for si, src in enumerate(n.sources):
+                for si, (src, root, root_addr) in enumerate(self.srcs[self.index[n.address]]):
                     if src is None:
                         continue
-                    root = _root(src)
-                    where = self.split_of.get(root.address)
+                    where = self.split_of.get(root_addr)
                     if where == k:
                         continue                       # computed in this split
-                    if where is None and root.address not in input_addr:
+                    if where is None and root_addr not in input_addr:
                         s = sched.slot_of_buffer(root)
                         if s == sp.slot:
                             continue                   # pre-allocated here (weights, KV)
@@ -333,25 +346,26 @@ class Plan:
                     if where is not None and self.splits[where].slot == sp.slot:
                         base = root                    # same backend, earlier split: alias
                     else:
-                        key = (root.address, sp.slot)
+                        key = (root_addr, sp.slot)
                         if key not in self.copies:
                             copy = self.ctx.new_tensor(root.type, root.ne,
                                                        name=f"{root.name}#{sp.slot}"[:63])
                             self.copies[key] = copy
-                            if root.address in input_addr:
-                                self.input_targets[input_addr[root.address]].append(
+                            if root_addr in input_addr:
+                                self.input_targets[input_addr[root_addr]].append(
                                     (sp.slot, copy))
-                                self.alloc_extra.append((sp.slot, copy, -1, root.address))
+                                self.alloc_extra.append((sp.slot, copy, -1, root_addr))
                             else:
-                                src_slot = (self.assign[self.index[root.address]]
-                                            if root.address in self.index
+                                src_slot = (self.assign[self.index[root_addr]]
+                                            if root_addr in self.index
                                             else sched.slot_of_buffer(root))
                                 sp.copies.append((root, src_slot, copy))
-                                self.alloc_extra.append((sp.slot, copy, sp.first, root.address))
+                                self.alloc_extra.append((sp.slot, copy, sp.first, root_addr))
                         base = self.copies[key]
-                    akey = (src.address, base.address)
+                    src_addr, base_addr = src.address, base.address
+                    akey = (src_addr, base_addr)
                     if akey not in alias_of:
-                        if src.address == root.address and base.address != root.address:
+                        if src_addr == root_addr and base_addr != root_addr:
                             alias_of[akey] = base      # the copy itself stands for the root
                         else:
                             alias = self.ctx.new_tensor(src.type, src.ne)
@@ -365,9 +379,9 @@ class Plan:
         for k, sp in enumerate(self.splits):
             if sched.slots[sp.slot].is_cpu:
                 for n in sp.nodes:
-                    for src in ref._sources(n):
-                        if src is not None and _root(src).address in input_addr:
-                            self.cpu_inputs.add(input_addr[_root(src).address])
+                    for src, _, root_addr in self.srcs[self.index[n.address]]:
+                        if src is not None and root_addr in input_addr:
+                            self.cpu_inputs.add(input_addr[root_addr])
 
     # ---- pass 7: compute memory by liveness -----------------------------------------------------
     def _allocate(self):
@@ -375,45 +389,47 @@ class Plan:
         keep = {t.address for t in self.outputs.values()} | {_root(t).address
                                                             for t in self.outputs.values()}
         last = self.last
-        events = []       # (time, kind 0 = alloc / 1 = free, slot, tensor)
+        events = []       # (time, kind 0 = alloc / 1 = free, slot, tensor, address)
         for i, n in enumerate(nodes):
             s = self.assign[i]
-            if sched.slots[s].is_cpu or n.op in _VIEW_OPS or n.is_view:
+            if sched.slots[s].is_cpu or self.ops[i] in _VIEW_OPS or self.views[i]:
                 continue
             if n.has_data:
                 continue
-            events.append((4 * i, 0, s, n))
-            if n.address not in keep:
-                events.append((4 * max(last.get(n.address, i), i) + 1, 1, s, n))
+            addr = self.root_addrs[i]        # not a view: its own address
+            events.append((4 * i, 0, s, n, addr))
+            if addr not in keep:
+                events.append((4 * max(last.get(addr, i), i) + 1, 1, s, n, addr))
         # copies live from their split's start to their last consumer on that backend
         for slot, copy, first, root_addr in self.alloc_extra:
+            addr = copy.address
             if first < 0:
-                events.append((-2, 0, slot, copy))      # inputs: whole graph
+                events.append((-2, 0, slot, copy, addr))      # inputs: whole graph
             else:
-                events.append((4 * first - 2, 0, slot, copy))
+                events.append((4 * first - 2, 0, slot, copy, addr))
                 events.append((4 * self.last_on.get((root_addr, slot), len(nodes)) + 1, 1,
-                               slot, copy))
+                               slot, copy, addr))
         events.sort(key=lambda e: (e[0], e[1]))
         arenas: dict[int, _Arena] = {}
-        offsets: dict[int, tuple] = {}
-        for _, kind, slot, t in events:
+        offsets: dict[int, tuple] = {}    # address -> (slot, offset, tensor, size)
+        for _, kind, slot, t, addr in events:
             arena = arenas.get(slot)
             if arena is None:
                 arena = arenas[slot] = _Arena(sched.slots[slot].buffer_type.alignment)
-            size = sched.slots[slot].buffer_type.alloc_size(t)
             if kind == 0:
-                offsets[t.address] = (slot, arena.alloc(size), t)
+                size = sched.slots[slot].buffer_type.alloc_size(t)
+                offsets[addr] = (slot, arena.alloc(size), t, size)
             else:
-                arena.release(offsets[t.address][1], size)
+                arena.release(offsets[addr][1], offsets[addr][3])
         self.compute_sizes = {slot: a.end for slot, a in arenas.items()}
         for slot, size in self.compute_sizes.items():
             sched.reserve(slot, size)
         self.generation = sched.generation
-        for slot, off, t in offsets.values():
+        for slot, off, t, _ in offsets.values():
             t.alloc(sched.buffers[slot], off)
         # views of allocated memory get their addresses (ggml_backend_view_init)
         for i, n in enumerate(nodes):
-            if n.is_view and not n.has_data and n.view_src.has_data:
+            if self.views[i] and not n.has_data and self.roots[i].has_data:
                 n.view_init()
         for alias, src, root, base in self.aliases:
             if base.address == root.address:
