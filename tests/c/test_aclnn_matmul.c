@@ -281,6 +281,18 @@ static void test_float_products(void) {
     float_mm(ACL_FLOAT, 1, 1, 4, k, n, 0, y4);
     CHECK(memcmp(y64, y4, (size_t)(4 * n) * 4) == 0);
     free(y64), free(y4);
+    /* F16 weights read in place for decode-sized m (k a multiple of 32, k-contiguous columns; on
+     * AVX-512) against the widened-panel path of m=64: the same bits, for row chunks of 4 with
+     * remainders and a last column group of 2 */
+    k = 256, n = 50;
+    uint16_t *h64 = malloc((size_t)(64 * n) * 2), *hm = malloc((size_t)(17 * n) * 2);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 64, k, n, 0, h64) < 2e-3);
+    const int64_t hms[] = {1, 2, 3, 4, 5, 13, 16, 17};
+    for (size_t t = 0; t < sizeof hms / sizeof hms[0]; t++) {
+        CHECK(float_mm(ACL_FLOAT16, 1, 1, hms[t], k, n, 0, hm) < 2e-3);
+        CHECK(memcmp(hm, h64, (size_t)(hms[t] * n) * 2) == 0);
+    }
+    free(h64), free(hm);
     /* Matmul with a 1-D self: (k) @ (k, n) -> (n) */
     {
         int64_t kk = 40, nn = 6, ad[1] = {kk}, bd[2] = {kk, nn}, yd[1] = {nn};

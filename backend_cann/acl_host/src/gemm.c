@@ -422,6 +422,59 @@ static T5 void q4mr_run_avx512(const ah_gemm_quant *q) {
         mr_cols(q, j, 1, offs, false);
 }
 
+/* F16 columns on AVX-512: rows in chunks of F16_RM, F16_RN columns at once, each column's 16
+ * values widened once per step for all rows of the chunk; the per-element sequence of tile_block
+ * (fma(a, b, tot) per 16-element step, then the fixed reduction). */
+#define F16_RM 4
+#define F16_RN 4
+static inline __attribute__((always_inline)) T5 void f16_block(const ah_gemm_f16 *t, int64_t i0, int64_t j0,
+                                                              int rm, int rn) {
+    __m512 tot[F16_RM][F16_RN];
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            tot[r][c] = _mm512_setzero_ps();
+    const float *a = t->a + i0 * t->lda;
+    const uint16_t *b = t->b + j0 * t->ldb;
+    /* the rn columns are one run when ldb == kp: fetch AH_GEMM_PF_BYTES ahead of it (hint) */
+    const char *pf = (const char *)b + AH_GEMM_PF_BYTES;
+    const int64_t pf_step = t->ldb * 2 * rn / (t->kp / 16);
+    for (int64_t k = 0; k < t->kp; k += 16) {
+        for (int64_t off = 0; off < pf_step; off += 64)
+            __builtin_prefetch(pf + (k / 16) * pf_step + off);
+        __m512 bv[F16_RN];
+        for (int c = 0; c < rn; c++)
+            bv[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(b + c * t->ldb + k)));
+        for (int r = 0; r < rm; r++) {
+            const __m512 av = _mm512_loadu_ps(a + r * t->lda + k);
+            for (int c = 0; c < rn; c++)
+                tot[r][c] = _mm512_fmadd_ps(av, bv[c], tot[r][c]);
+        }
+    }
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            t->c[(i0 + r) * t->ldc + j0 + c] = a5_reduce(tot[r][c]);
+}
+
+static inline __attribute__((always_inline)) T5 void f16_cols(const ah_gemm_f16 *t, int64_t j, int rn) {
+    int64_t i = 0;
+    for (; i + F16_RM <= t->m; i += F16_RM)
+        f16_block(t, i, j, F16_RM, rn);
+    switch (t->m - i) {
+    case 1: f16_block(t, i, j, 1, rn); break;
+    case 2: f16_block(t, i, j, 2, rn); break;
+    case 3: f16_block(t, i, j, 3, rn); break;
+    default: break;
+    }
+}
+
+static T5 void f16_run_avx512(const ah_gemm_f16 *t) {
+    int64_t j = 0;
+    for (; j + F16_RN <= t->n; j += F16_RN)
+        f16_cols(t, j, F16_RN);
+    for (; j < t->n; j++)
+        f16_cols(t, j, 1);
+}
+
 /* AVX2 level without FMA (rare) falls back to the portable code. */
 static int isa_level(void) {
     static int level = -1;
@@ -468,6 +521,17 @@ void ah_gemm_run_quant(const ah_gemm_quant *q) {
     }
 #endif
     quant_run_scalar(q);
+}
+
+bool ah_gemm_run_f16(const ah_gemm_f16 *t) {
+#ifdef AH_X86
+    if (isa_level() == AH_ISA_AVX512) {
+        f16_run_avx512(t);
+        return true;
+    }
+#endif
+    (void)t;
+    return false;
 }
 
 void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd) {

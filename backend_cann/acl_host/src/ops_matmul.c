@@ -28,6 +28,9 @@
 #ifndef WQ_MAX_DIRECT_M
 #define WQ_MAX_DIRECT_M 16 /* up to this many rows decode the weights in registers (batched decode) */
 #endif
+#ifndef MM_MAX_DIRECT_M
+#define MM_MAX_DIRECT_M 16 /* up to this many rows read F16 weights in place (decode) */
+#endif
 #ifndef WQ_PF_TILES
 #define WQ_PF_TILES 3
 #endif
@@ -146,17 +149,24 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
         int64_t bi = w / c->ntiles, j0 = (w % c->ntiles) * c->nt, oa, ob, oc;
         int64_t nn = g->n - j0 < c->nt ? g->n - j0 : c->nt;
         batch_offsets(g, bi, &oa, &ob, &oc);
-        for (int64_t j = 0; j < nn; j++) {
-            float *col = bt + j * c->kp;
-            load_f32(c->b->dtype, tensor_base(c->b) + (ob + (j0 + j) * g->b_cs) * (int64_t)bes, g->b_rs, g->k, col);
-            memset(col + g->k, 0, (size_t)(c->kp - g->k) * sizeof(float));
-            if (c->p->to_f16)
-                round_f16(col, g->k);
+        const char *bcols = tensor_base(c->b) + (ob + j0 * g->b_cs) * (int64_t)bes;
+        /* decode-sized rows times F16 columns lying k-contiguous: read in place, no F32 panel */
+        ah_gemm_f16 h = {.m = g->m, .n = nn, .kp = c->kp, .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
+                         .b = (const uint16_t *)(const void *)bcols, .ldb = g->b_cs, .c = ct, .ldc = c->nt};
+        bool direct = c->b->dtype == ACL_FLOAT16 && g->b_rs == 1 && g->k == c->kp && g->m <= MM_MAX_DIRECT_M;
+        if (!direct || !ah_gemm_run_f16(&h)) {
+            for (int64_t j = 0; j < nn; j++) {
+                float *col = bt + j * c->kp;
+                load_f32(c->b->dtype, bcols + j * g->b_cs * (int64_t)bes, g->b_rs, g->k, col);
+                memset(col + g->k, 0, (size_t)(c->kp - g->k) * sizeof(float));
+                if (c->p->to_f16)
+                    round_f16(col, g->k);
+            }
+            ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp,
+                              .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
+                              .b = bt, .ldb = c->kp, .c = ct, .ldc = c->nt};
+            ah_gemm_run_tile(&t);
         }
-        ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp,
-                          .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
-                          .b = bt, .ldb = c->kp, .c = ct, .ldc = c->nt};
-        ah_gemm_run_tile(&t);
         char *out = tensor_base(c->out) + oc * (int64_t)oes;
         for (int64_t i = 0; i < g->m; i++)
             for (int64_t j = 0; j < nn; j++)
