@@ -23,7 +23,7 @@
 
 #define MM_MAX_BATCH 4
 #define WQ_MIN_CHUNK_WEIGHTS 65536
-#define WQ_MIN_PARALLEL (1 << 21)       /* one row: memory-bound, a worker costs more than it saves */
+#define WQ_MIN_PARALLEL (1 << 16)       /* one row: split once the pool's workers poll (threadpool.c) */
 #define WQ_MIN_PARALLEL_ROWS (1 << 19)  /* several rows: compute-bound, worth splitting sooner */
 #ifndef WQ_MAX_DIRECT_M
 #define WQ_MAX_DIRECT_M 16 /* up to this many rows decode the weights in registers (batched decode) */
@@ -535,11 +535,11 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
     ah_parallel_for(p->m, 64, wq_pack_x, &c);
-    /* Waking a worker costs tens of microseconds on a virtual machine: a one-row product of
-     * fewer than WQ_MIN_PARALLEL multiply-adds (every decode-sized projection of a small model but
-     * its output layer) runs on the calling thread, and so does a several-row one (batched decode,
-     * compute-bound) under WQ_MIN_PARALLEL_ROWS; otherwise a chunk does at least
-     * WQ_MIN_CHUNK_WEIGHTS weight x row products (rows counted up to 4). */
+    /* Waking a sleeping worker costs tens of microseconds on a virtual machine, a polling one
+     * about a microsecond: a one-row product of fewer than WQ_MIN_PARALLEL multiply-adds runs on
+     * the calling thread, and so does a several-row one (batched decode, compute-bound) under
+     * WQ_MIN_PARALLEL_ROWS; otherwise a chunk does at least WQ_MIN_CHUNK_WEIGHTS weight x row
+     * products (rows counted up to 4). */
     int64_t tile_weights = c.kp * c.nt * (p->m < 4 ? p->m : 4);
     int64_t grain = (WQ_MIN_CHUNK_WEIGHTS + tile_weights - 1) / tile_weights;
     if (c.kp * p->n * p->m < (p->m > 1 ? WQ_MIN_PARALLEL_ROWS : WQ_MIN_PARALLEL))
