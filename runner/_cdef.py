@@ -306,6 +306,19 @@ typedef struct clm_cann_stats {
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);
 
+typedef struct clm_cann_node_time {
+    char name[CLM_MAX_NAME];
+    int32_t op;
+    int32_t type;
+    int64_t ne[CLM_MAX_DIMS];
+    int32_t graph;
+    float start_ms;
+    float ms;
+} clm_cann_node_time;
+
+clm_status clm_cann_profile(clm_backend *backend, bool on);
+clm_status clm_cann_profile_take(clm_backend *backend, clm_cann_node_time *out, size_t cap, size_t *n);
+
 clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size);
 clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size);
 """

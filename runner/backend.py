@@ -907,6 +907,23 @@ class Backend(_Owned):
             stats["pool_kind"], str(stats["pool_kind"]))
         return stats
 
+    def set_profiling(self, on: bool) -> None:
+        """clm_cann_profile: while on, graphs run eagerly with a timing event after each node."""
+        check(lib.clm_cann_profile(self._handle(), bool(on)), "clm_cann_profile")
+
+    def take_node_times(self) -> list[dict]:
+        """The nodes computed since the last call (synchronizes the stream), in order: dicts of
+        name, op (Op), type (TensorType), ne, graph (index since the last call), start_ms (from
+        that graph's start) and ms (device time)."""
+        n = ffi.new("size_t *")
+        check(lib.clm_cann_profile_take(self._handle(), ffi.NULL, 0, n), "clm_cann_profile_take")
+        count = int(n[0])
+        out = ffi.new("clm_cann_node_time[]", max(count, 1))
+        check(lib.clm_cann_profile_take(self._handle(), out, count, n), "clm_cann_profile_take")
+        return [{"name": _text(r.name), "op": Op(r.op), "type": TensorType(r.type),
+                 "ne": tuple(int(x) for x in r.ne), "graph": int(r.graph),
+                 "start_ms": float(r.start_ms), "ms": float(r.ms)} for r in out[0:int(n[0])]]
+
     def pool_alloc(self, size: int) -> tuple[int, int]:
         """A block of the backend's scratch pool: (device address, actual size). Stream-ordered
         temporary memory; the VMM pool needs LIFO frees."""

@@ -22,6 +22,7 @@ from typing import Iterable
 
 import numpy as np
 
+from . import profiler
 from .kv_cache import MAX_SEQ, ContextFullError
 from .model import Batch
 from .sampler import SamplingParams
@@ -291,6 +292,10 @@ class Engine:
         """One forward: the sampled token of every decoding sequence plus one prefill chunk (up
         to n_batch tokens in all). Returns (sequence, token) for every sequence that drew a token
         or finished in this step (token None when it finished without one)."""
+        with profiler.span("engine step", sequences=len(self.seqs)):
+            return self._step()
+
+    def _step(self) -> list[tuple[Sequence, int | None]]:
         self._admit()
         model = self.model
         events: list[tuple[Sequence, int | None]] = []
@@ -384,7 +389,8 @@ class Engine:
         if seq.max_tokens is not None and len(seq.generated) >= seq.max_tokens:
             seq.finish_reason = "length"
             return None
-        token = seq.sampler.sample(logits, seq.history)
+        with profiler.span("sample"):
+            token = seq.sampler.sample(logits, seq.history)
         if self.model.tokenizer.is_eog(token) or token in seq.stop_ids:
             seq.finish_reason = "stop"
             return None

@@ -19,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from . import backend as be
+from . import profiler
 from .arch import build_graph
 from .kv_cache import MAX_SEQ, ContextFullError, KVCache, kv_type
 from .loader import POOLING_TYPES, open_gguf
@@ -157,6 +158,8 @@ class Model:
                  check_weights=True, chat_template=None, type_k="f16", type_v="f16",
                  n_cells=None):
         t0 = time.perf_counter()
+        prof = profiler.from_env()          # CANN_LLM_PROFILE: its clock starts before the load
+        load_start_us = prof.now_us() if prof is not None else 0.0
         type_k, type_v = kv_type(type_k, "type_k"), kv_type(type_v, "type_v")   # before the load
         import sys
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -234,6 +237,11 @@ class Model:
         self._get_plan(self.n_batch, self.kv.n_kv(np.array([n_cells - 1])), self.n_batch)
         self._graphs.clear()
         self._timings["load_ms"] = (time.perf_counter() - t0) * 1e3
+        if prof is not None:        # device nodes are timed from here on
+            for slot in self.sched.slots[:-1]:
+                slot.backend.set_profiling(True)
+            prof.add_span("load model", load_start_us, prof.now_us() - load_start_us,
+                          path=str(path))
         if verbose:
             self._log(self.describe())
 
@@ -280,10 +288,11 @@ class Model:
         if entry is not None and entry[1].generation != self.sched.generation:
             entry = None
         if entry is None:
-            fg = build_graph(self.hparams, self.weights.tensors, self.kv, n_tokens, n_kv,
-                             n_outputs, flash_attn=self.flash_attn, embeddings=embeddings)
-            outputs = {"embd": fg.embd} if embeddings else {"logits": fg.logits}
-            plan = self.sched.plan(fg.graph, fg.inputs, outputs, split_each_node=each_node)
+            with profiler.span("plan graph", n_tokens=n_tokens, n_kv=n_kv, n_outputs=n_outputs):
+                fg = build_graph(self.hparams, self.weights.tensors, self.kv, n_tokens, n_kv,
+                                 n_outputs, flash_attn=self.flash_attn, embeddings=embeddings)
+                outputs = {"embd": fg.embd} if embeddings else {"logits": fg.logits}
+                plan = self.sched.plan(fg.graph, fg.inputs, outputs, split_each_node=each_node)
             entry = (fg, plan)
             if self.sched.generation != plan.generation:    # buffers grew: drop stale plans
                 self._graphs.clear()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import backend as be
+from . import profiler
 from . import reference as ref
 from .backend import Op
 
@@ -457,40 +458,58 @@ class Plan:
         stops the run and run() returns None. A callback taking a sixth positional argument also
         gets an EvalNode (source names and values, write-back)."""
         sched, slots = self.sched, self.sched.slots
+        prof = profiler.active()
+        launches: dict = {}                 # device slot -> host times of its graph launches (us)
         mem = ref.Memory()
-        for name, targets in self.input_targets.items():
-            arr = values[name]
-            for slot, t in targets:
-                slots[slot].backend.set_tensor_async(t, arr)
-        for name in self.cpu_inputs:
-            t = self.inputs[name]
-            mem.raw[t.address] = np.ascontiguousarray(values[name]).reshape(-1).view(np.uint8) \
-                .copy()
+        with profiler.span("upload inputs"):
+            for name, targets in self.input_targets.items():
+                arr = values[name]
+                for slot, t in targets:
+                    slots[slot].backend.set_tensor_async(t, arr)
+            for name in self.cpu_inputs:
+                t = self.inputs[name]
+                mem.raw[t.address] = np.ascontiguousarray(values[name]).reshape(-1) \
+                    .view(np.uint8).copy()
         for k, sp in enumerate(self.splits):
             slot = slots[sp.slot]
             if slot.is_cpu:
-                self._run_cpu(sp, mem)
+                with profiler.span("CPU split", nodes=len(sp.nodes)):
+                    self._run_cpu(sp, mem)
                 if eval_callback is not None and not self._show(sp, mem, eval_callback):
+                    self._record_nodes(prof, launches)
                     return None
                 continue
             for root, src_slot, copy in sp.copies:
                 self._copy_in(root, src_slot, copy, sp.slot, mem)
-            slot.backend.graph_compute(sp.graph)
+            if prof is not None:
+                launches.setdefault(sp.slot, []).append(prof.now_us())
+            with profiler.span(f"launch {slot.name}", nodes=len(sp.nodes)):
+                slot.backend.graph_compute(sp.graph)
             if eval_callback is not None:
                 slot.backend.synchronize()
                 if not self._show(sp, None, eval_callback):
+                    self._record_nodes(prof, launches)
                     return None
         out = {}
-        for name, t in self.outputs.items():
-            k = self.assign[self.index[t.address]] if t.address in self.index else None
-            if k is None or slots[k].is_cpu:
-                out[name] = mem.read(t).reshape(t.shape).copy()
-            else:
-                slots[k].backend.get_tensor_async(t, self._out_host[name])
-                out[name] = self._out_host[name]
-        for s in slots[:-1]:
-            s.backend.synchronize()
+        with profiler.span("download outputs"):
+            for name, t in self.outputs.items():
+                k = self.assign[self.index[t.address]] if t.address in self.index else None
+                if k is None or slots[k].is_cpu:
+                    out[name] = mem.read(t).reshape(t.shape).copy()
+                else:
+                    slots[k].backend.get_tensor_async(t, self._out_host[name])
+                    out[name] = self._out_host[name]
+            for s in slots[:-1]:
+                s.backend.synchronize()
+        self._record_nodes(prof, launches)
         return out
+
+    def _record_nodes(self, prof, launches: dict) -> None:
+        """The profiler's device events for the graphs this run launched (launches: slot -> host
+        launch times); takes the backends' timing records, so the next run starts afresh."""
+        for k, starts in launches.items():
+            slot = self.sched.slots[k]
+            prof.add_nodes(slot.name, slot.backend.take_node_times(), starts)
 
     def _copy_in(self, root, src_slot, copy, dst_slot, mem):
         slots = self.sched.slots

@@ -21,7 +21,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from cann_llm import __version__
+from cann_llm import __version__, profiler
 from cann_llm.sampling_params import SamplingParams
 
 from . import schemas as S
@@ -57,6 +57,8 @@ class _Gate:
                 status["code"] = message["status"]
             await send(message)
 
+        prof = profiler.active()
+        start_us = prof.now_us() if prof is not None else 0.0
         try:
             refusal = self._refuse(scope)
             if refusal is None and b"content-length" not in dict(scope.get("headers") or []):
@@ -66,6 +68,9 @@ class _Gate:
             await self.app(scope, receive, send_counted)
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
+            if prof is not None:        # the request's span, to the end of its (streamed) body
+                prof.add_span(f"HTTP {scope['method']} {path}", start_us, prof.now_us() - start_us,
+                              cat="http", status=status["code"])
 
     def _refuse(self, scope):
         headers = dict(scope.get("headers") or [])

@@ -348,6 +348,23 @@ typedef struct clm_cann_stats {
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);
+
+/* Per-node device time (the profiler). While on, graphs run eagerly (not captured) and a timing
+ * event is recorded on the stream before each graph and after each node; off drops what was not
+ * taken. take synchronizes the stream and returns every node computed since the last take, in
+ * order, then forgets them: with out NULL it only sets *n to their count. */
+typedef struct clm_cann_node_time {
+    char name[CLM_MAX_NAME];
+    int32_t op;                 /* clm_op */
+    int32_t type;               /* clm_type of the result */
+    int64_t ne[CLM_MAX_DIMS];
+    int32_t graph;              /* which graph_compute since the last take (0, 1, ...) */
+    float start_ms;             /* from that graph's start event to the end of the previous node */
+    float ms;                   /* device time: the previous node's end (or the graph's start) to this end */
+} clm_cann_node_time;
+
+clm_status clm_cann_profile(clm_backend *backend, bool on);
+clm_status clm_cann_profile_take(clm_backend *backend, clm_cann_node_time *out, size_t cap, size_t *n);
 /* Temporary device memory from the backend's pool, valid in stream order; free in LIFO order. */
 clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size);
 clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size);

@@ -126,4 +126,11 @@ def cmd_bench(args) -> int:
         print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = backend calls "
               f"{host['backend_ms']:.2f} ms + host (Python) {host['host_ms']:.2f} ms, of which "
               f"sampling {host['sampler_ms']:.3f} ms")
+    from .. import profiler
+    prof = profiler.active()
+    if prof is not None:
+        print(f"\nprofiled (graphs ran uncaptured; trace: {prof.path}), top ops by device time:")
+        print("| op | nodes | device ms | share |\n|---|---|---|---|")
+        for op, count, ms, share in prof.top_ops(10):
+            print(f"| {op} | {count} | {ms:.1f} | {100 * share:.1f}% |")
     return 0

@@ -54,10 +54,16 @@ def add_model_arguments(p: argparse.ArgumentParser, ctx_default: int = 4096,
                    help="skip the load-time check that weights hold no NaN/inf (a corrupt file)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print load details, graph splits and compute buffer sizes")
+    p.add_argument("--profile", default=None, metavar="FILE",
+                   help="write a Chrome trace of host stages and device ops to FILE at exit "
+                        "(also CANN_LLM_PROFILE; profiled graphs run uncaptured, so slower)")
 
 
 def _check_model_arguments(args) -> str:
     check_device_flag(args.device)
+    if getattr(args, "profile", None):
+        from .. import profiler
+        profiler.start(args.profile)        # before the load: its clock and device timing
     if args.ctx_size < 0:
         raise RunError(f"-c/--ctx-size must be >= 0 (0: the model's), got {args.ctx_size}")
     if args.threads is not None and args.threads < 1:

@@ -28,6 +28,7 @@ static void backend_free(clm_backend *backend) {
     cann_backend_ctx *ctx = backend_ctx(backend);
     if (cann_set_device(ctx->device) == CLM_OK) {
         aclrtSynchronizeStream(ctx->stream);
+        cann_profile_free(ctx);
         cann_graph_cache_free(ctx);
         cann_consts_free(ctx);
         ctx->pool->iface.destroy(ctx->pool);
@@ -170,6 +171,7 @@ static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
         }
         clm_clear_error();
         st = compute_node(ctx, node);
+        if (st == CLM_OK) st = cann_profile_node_end(ctx, node);
         if (st != CLM_OK) {
             char cause[1024];
             snprintf(cause, sizeof(cause), "%s", clm_last_error());
@@ -200,10 +202,11 @@ static clm_status backend_graph_compute(clm_backend *backend, clm_graph *graph) 
     cann_backend_ctx *ctx = backend_ctx(backend);
     clm_status st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
-    if (ctx->graphs != NULL) {   /* graph_capture.c */
+    if (ctx->graphs != NULL && ctx->profile == NULL) {   /* graph_capture.c; profiling runs eagerly */
         return cann_graph_compute_captured(ctx, graph, prepare_nodes, run_nodes);
     }
     if ((st = prepare_nodes(ctx, graph)) != CLM_OK) return st;
+    if ((st = cann_profile_graph_begin(ctx)) != CLM_OK) return st;
     return run_nodes(ctx, graph);
 }
 

@@ -72,6 +72,7 @@ typedef struct cann_backend_ctx {
     int64_t graph_replays;
     struct cann_graph_cache *graphs;   /* GGML_CANN_ACL_GRAPH: captured graphs (graph_capture.c) */
     struct cann_consts *consts;        /* constant cache: ones gamma, tables, ROPE sin/cos (cann_consts.c) */
+    struct cann_profile *profile;      /* per-node timing events while profiling (profile.c), else NULL */
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -224,6 +225,11 @@ clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph, 
 /* ---- backend (cann_backend.c) ------------------------------------------------------------------ */
 clm_status cann_backend_init(clm_device *dev, clm_backend **out);
 bool cann_backend_is_cann(const clm_backend *backend);
+
+/* ---- profiling (profile.c): no-ops unless ctx->profile is set ---------------------------------- */
+clm_status cann_profile_graph_begin(cann_backend_ctx *ctx);
+clm_status cann_profile_node_end(cann_backend_ctx *ctx, const clm_tensor *node);
+void cann_profile_free(cann_backend_ctx *ctx);
 bool cann_supports_op(clm_device *dev, const clm_tensor *op);
 
 #endif /* CANN_COMMON_H */
