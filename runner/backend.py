@@ -705,8 +705,8 @@ class Tensor:
                     entry = (t, t, addr)
                 else:
                     root_addr = int(ffi.cast("uintptr_t", base))
-                    root = known.get(root_addr, (Tensor(self._ctx, base),))[0]
-                    entry = (t, root, root_addr)
+                    seen = known.get(root_addr)
+                    entry = (t, seen[0] if seen else Tensor(self._ctx, base), root_addr)
                 known[addr] = entry
             out.append(entry)
         return out
