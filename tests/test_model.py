@@ -102,9 +102,13 @@ def test_qwen2_tiny_runs_with_qkv_bias(tmp_path):
 
 
 def test_soft_max_path_equals_flash(default_path, smol):
+    """The SOFT_MAX attention path and FLASH_ATTN_EXT agree on every logit. They round
+    differently (F16 activations downstream turn a last-bit difference into an F16 step), so the
+    bound is the largest difference seen over the golden prompts: 0.031-0.079 with glibc's expf in
+    SwiGlu, 0.032-0.070 with acl_host's own exp; 0.05 had only held for this prompt."""
     ids = _prompt()
     with cann_llm.load(default_path, n_ctx=512, n_batch=64, flash_attn=False) as sm:
-        np.testing.assert_allclose(sm.logits(ids), smol.logits(ids), rtol=0, atol=0.05)
+        np.testing.assert_allclose(sm.logits(ids), smol.logits(ids), rtol=0, atol=0.1)
 
 
 def test_same_tokens_alone_or_in_a_batch(smol):

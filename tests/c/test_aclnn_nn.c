@@ -195,6 +195,39 @@ static void test_silu_swiglu(void) {
             double a = x[r * 8 + i], b = x[r * 8 + 4 + i];
             CHECK(fabs(g[r * 4 + i] - a / (1.0 + exp(-a)) * b) <= 1e-5);
         }
+    /* acl_host's own exp (16 lanes, then a scalar tail): within a few ulp of the true silu over a
+     * wide range, the same bits wherever an element lies, and the IEEE cases */
+    {
+        enum { NS = 203 };
+        int64_t dn[1] = {NS};
+        float v[NS], w[NS], rv[NS], rw[NS];
+        for (int i = 0; i < NS - 11; i++) v[i] = -40.0f + 80.0f * (float)i / (NS - 12);
+        const float special[11] = {-100.0f, -88.0f, -87.3f, -0.0f, 0.0f, 88.7f, 89.0f, 100.0f,
+                                   INFINITY, -INFINITY, NAN};
+        memcpy(v + NS - 11, special, sizeof special);
+        for (int i = 0; i < NS; i++) rv[i] = v[(i + 5) % NS]; /* every element at another lane */
+        void *pv = dev_from(v, sizeof v), *pw = dev_from(NULL, sizeof v);
+        void *prv = dev_from(rv, sizeof v), *prw = dev_from(NULL, sizeof v);
+        aclTensor *tv = acl_view(dn, 1, ACL_FLOAT, NULL, 0, pv), *tw = acl_view(dn, 1, ACL_FLOAT, NULL, 0, pw);
+        aclTensor *trv = acl_view(dn, 1, ACL_FLOAT, NULL, 0, prv), *trw = acl_view(dn, 1, ACL_FLOAT, NULL, 0, prw);
+        launch(aclnnSiluGetWorkspaceSize(tv, tw, &ws, &ex), aclnnSilu, &ws, &ex);
+        launch(aclnnSiluGetWorkspaceSize(trv, trw, &ws, &ex), aclnnSilu, &ws, &ex);
+        to_host(w, pw, sizeof w);
+        to_host(rw, prw, sizeof w);
+        for (int i = 0; i < NS; i++) CHECK(memcmp(&rw[i], &w[(i + 5) % NS], 4) == 0);
+        for (int i = 0; i < NS - 11; i++) {
+            double ref = v[i] / (1.0 + exp(-(double)v[i]));
+            CHECK(fabs(w[i] - ref) <= 4e-7 * fabs(ref) + 1e-30);
+        }
+        const float *sw = w + NS - 11;
+        CHECK(sw[0] == 0.0f && signbit(sw[0]));           /* -100 / inf */
+        CHECK(fabsf(sw[1]) < 1e-30f && fabsf(sw[2]) < 1e-30f);
+        CHECK(sw[3] == 0.0f && signbit(sw[3]) && sw[4] == 0.0f && !signbit(sw[4]));
+        CHECK(sw[5] == 88.7f && sw[6] == 89.0f && sw[7] == 100.0f);
+        CHECK(isinf(sw[8]) && sw[8] > 0 && isnan(sw[9]) && isnan(sw[10]));
+        aclDestroyTensor(tv), aclDestroyTensor(tw), aclDestroyTensor(trv), aclDestroyTensor(trw);
+        aclrtFree(pv), aclrtFree(pw), aclrtFree(prv), aclrtFree(prw);
+    }
     /* errors name the op and the operand */
     CHECK(aclnnSwiGluGetWorkspaceSize(tx, -1, ty, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     CHECK(strstr(aclGetRecentErrMsg(), "aclnnSwiGlu") != NULL);
