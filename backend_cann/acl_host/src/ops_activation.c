@@ -50,9 +50,9 @@ static inline float silu_exp(float x) {
     for (int i = 1; i < 6; i++)
         p = fmaf(p, r, exp_poly[i]);
     float e = fmaf(p, r * r, r) + 1.0f;
-    int32_t bits;
+    uint32_t bits; /* unsigned: n is negative for x < 0, and shifting a negative int is undefined */
     memcpy(&bits, &e, 4);
-    bits += (int32_t)n << 23;
+    bits += (uint32_t)(int32_t)n << 23;
     memcpy(&e, &bits, 4);
     return e;
 }
