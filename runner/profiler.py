@@ -33,7 +33,8 @@ class Profiler:
         self.pid = os.getpid()
         self._t0 = time.perf_counter()
         self._lock = threading.Lock()
-        self._threads: dict[int, str] = {}
+        self._threads: dict[int, str] = {}     # tid -> name, for thread and device tracks
+        self._tracks: dict[str, int] = {}      # device track name -> its small tid
         self._op_ms: collections.Counter = collections.Counter()
         self._op_count: collections.Counter = collections.Counter()
 
@@ -49,17 +50,18 @@ class Profiler:
 
     def _track_tid(self, name: str) -> int:
         """A small integer id for a device track (thread ids are large), named in the file."""
-        for tid, known in self._threads.items():
-            if known == name and tid < 1000:
-                return tid
-        tid = 1 + sum(1 for t in self._threads if t < 1000)
-        self._threads[tid] = name
-        return tid
+        with self._lock:
+            tid = self._tracks.get(name)
+            if tid is None:
+                tid = self._tracks[name] = len(self._tracks) + 1
+                self._threads[tid] = name
+            return tid
 
     def _tid(self) -> int:
         tid = threading.get_ident()
         if tid not in self._threads:
-            self._threads[tid] = threading.current_thread().name
+            with self._lock:
+                self._threads[tid] = threading.current_thread().name
         return tid
 
     @contextlib.contextmanager
@@ -107,10 +109,11 @@ class Profiler:
     def write(self) -> None:
         meta = [{"name": "process_name", "ph": "M", "pid": self.pid, "tid": 0,
                  "args": {"name": "cann-llm"}}]
-        meta += [{"name": "thread_name", "ph": "M", "pid": self.pid, "tid": tid,
-                  "args": {"name": name}} for tid, name in self._threads.items()]
         with self._lock:
             events = list(self.events)
+            threads = dict(self._threads)
+        meta += [{"name": "thread_name", "ph": "M", "pid": self.pid, "tid": tid,
+                  "args": {"name": name}} for tid, name in threads.items()]
         doc = {"traceEvents": meta + events, "displayTimeUnit": "ms",
                "otherData": {"dropped_events": self.dropped}}
         tmp = f"{self.path}.tmp"

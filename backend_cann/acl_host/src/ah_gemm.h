@@ -23,12 +23,13 @@
 #define AH_GEMM_KALIGN 32
 
 /* A tile product: m rows of a (row i at a + i*lda) times n columns of b (column j at b + j*ldb),
- * c[i*ldc + j]. */
+ * c[i*ldc + j]. ah_gemm_run_f16 reads the columns from b16 instead (F16, the same ldb). */
 typedef struct ah_gemm_tile {
     int64_t m, n, kp;
     const float *a;
     int64_t lda;
     const float *b;
+    const uint16_t *b16;
     int64_t ldb;
     float *c;
     int64_t ldc;
@@ -62,19 +63,10 @@ void ah_gemm_run_quant(const ah_gemm_quant *q);
 void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd);
 
 /* The tile product with F16 columns read where they lie (decode-sized m: no F32 panel is
- * written and read back): column j's kp values at b + j*ldb, widened in registers. Widening is
- * exact, so c holds the bits ah_gemm_run_tile gives on the widened panel. Returns false, having
- * done nothing, where the CPU has no such kernel (below AVX-512): use the panel path there. */
-typedef struct ah_gemm_f16 {
-    int64_t m, n, kp;
-    const float *a;
-    int64_t lda;
-    const uint16_t *b;
-    int64_t ldb;
-    float *c;
-    int64_t ldc;
-} ah_gemm_f16;
-
-bool ah_gemm_run_f16(const ah_gemm_f16 *t);
+ * written and read back): column j's kp values at t->b16 + j*ldb, widened in registers (t->b is
+ * not read). Widening is exact, so c holds the bits ah_gemm_run_tile gives on the widened panel.
+ * Returns false, having done nothing, where the CPU has no such kernel (below AVX-512): use the
+ * panel path there. */
+bool ah_gemm_run_f16(const ah_gemm_tile *t);
 
 #endif /* AH_GEMM_H */

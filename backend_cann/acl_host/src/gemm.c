@@ -427,14 +427,14 @@ static T5 void q4mr_run_avx512(const ah_gemm_quant *q) {
  * (fma(a, b, tot) per 16-element step, then the fixed reduction). */
 #define F16_RM 4
 #define F16_RN 4
-static inline __attribute__((always_inline)) T5 void f16_block(const ah_gemm_f16 *t, int64_t i0, int64_t j0,
+static inline __attribute__((always_inline)) T5 void f16_block(const ah_gemm_tile *t, int64_t i0, int64_t j0,
                                                               int rm, int rn) {
     __m512 tot[F16_RM][F16_RN];
     for (int r = 0; r < rm; r++)
         for (int c = 0; c < rn; c++)
             tot[r][c] = _mm512_setzero_ps();
     const float *a = t->a + i0 * t->lda;
-    const uint16_t *b = t->b + j0 * t->ldb;
+    const uint16_t *b = t->b16 + j0 * t->ldb;
     /* the rn columns are one run when ldb == kp: fetch AH_GEMM_PF_BYTES ahead of it (hint) */
     const char *pf = (const char *)b + AH_GEMM_PF_BYTES;
     const int64_t pf_step = t->ldb * 2 * rn / (t->kp / 16);
@@ -455,7 +455,7 @@ static inline __attribute__((always_inline)) T5 void f16_block(const ah_gemm_f16
             t->c[(i0 + r) * t->ldc + j0 + c] = a5_reduce(tot[r][c]);
 }
 
-static inline __attribute__((always_inline)) T5 void f16_cols(const ah_gemm_f16 *t, int64_t j, int rn) {
+static inline __attribute__((always_inline)) T5 void f16_cols(const ah_gemm_tile *t, int64_t j, int rn) {
     int64_t i = 0;
     for (; i + F16_RM <= t->m; i += F16_RM)
         f16_block(t, i, j, F16_RM, rn);
@@ -467,7 +467,7 @@ static inline __attribute__((always_inline)) T5 void f16_cols(const ah_gemm_f16 
     }
 }
 
-static T5 void f16_run_avx512(const ah_gemm_f16 *t) {
+static T5 void f16_run_avx512(const ah_gemm_tile *t) {
     int64_t j = 0;
     for (; j + F16_RN <= t->n; j += F16_RN)
         f16_cols(t, j, F16_RN);
@@ -523,7 +523,7 @@ void ah_gemm_run_quant(const ah_gemm_quant *q) {
     quant_run_scalar(q);
 }
 
-bool ah_gemm_run_f16(const ah_gemm_f16 *t) {
+bool ah_gemm_run_f16(const ah_gemm_tile *t) {
 #ifdef AH_X86
     if (isa_level() == AH_ISA_AVX512) {
         f16_run_avx512(t);

@@ -151,10 +151,10 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
         batch_offsets(g, bi, &oa, &ob, &oc);
         const char *bcols = tensor_base(c->b) + (ob + j0 * g->b_cs) * (int64_t)bes;
         /* decode-sized rows times F16 columns lying k-contiguous: read in place, no F32 panel */
-        ah_gemm_f16 h = {.m = g->m, .n = nn, .kp = c->kp, .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
-                         .b = (const uint16_t *)(const void *)bcols, .ldb = g->b_cs, .c = ct, .ldc = c->nt};
+        ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp, .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
+                          .b16 = (const uint16_t *)(const void *)bcols, .ldb = g->b_cs, .c = ct, .ldc = c->nt};
         bool direct = c->b->dtype == ACL_FLOAT16 && g->b_rs == 1 && g->k == c->kp && g->m <= MM_MAX_DIRECT_M;
-        if (!direct || !ah_gemm_run_f16(&h)) {
+        if (!direct || !ah_gemm_run_f16(&t)) {
             for (int64_t j = 0; j < nn; j++) {
                 float *col = bt + j * c->kp;
                 load_f32(c->b->dtype, bcols + j * g->b_cs * (int64_t)bes, g->b_rs, g->k, col);
@@ -162,9 +162,7 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
                 if (c->p->to_f16)
                     round_f16(col, g->k);
             }
-            ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp,
-                              .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
-                              .b = bt, .ldb = c->kp, .c = ct, .ldc = c->nt};
+            t.b = bt, t.ldb = c->kp;
             ah_gemm_run_tile(&t);
         }
         char *out = tensor_base(c->out) + oc * (int64_t)oes;
