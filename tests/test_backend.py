@@ -70,6 +70,22 @@ def test_buffer_type_and_buffer(clm, device):
         buffer.size
 
 
+def test_buffer_base_has_the_buffer_types_alignment(device):
+    """ggml's allocator places tensors at base + offsets aligned to the buffer type's alignment
+    (128), while aclrtMalloc promises only 64 bytes: the base must be rounded up by the backend.
+    Sixteen small buffers, so a base that is 128-aligned by luck cannot hide a 64-aligned one."""
+    buffer_type = device.buffer_type
+    buffers = [buffer_type.alloc_buffer(size) for size in range(100, 1700, 100)]
+    try:
+        assert all(b.base % buffer_type.alignment == 0 for b in buffers), \
+            [hex(b.base) for b in buffers]
+        for b in buffers:
+            b.clear(7)          # the whole promised size lies inside the allocation
+    finally:
+        for b in buffers:
+            b.close()
+
+
 def test_tensor_set_get_round_trip(clm, device):
     with clm.Context() as ctx:
         tensor = ctx.new_tensor(clm.TensorType.F32, (5, 3, 2), name="x")

@@ -12,7 +12,8 @@
 
 typedef struct cann_buffer_ctx {
     int device;
-    void *dev_ptr;
+    void *dev_ptr;   /* what aclrtMalloc returned (64-byte aligned, as CANN documents) */
+    void *base;      /* dev_ptr rounded up to CANN_BUFFER_ALIGNMENT: what tensors are placed from */
 } cann_buffer_ctx;
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -160,7 +161,7 @@ static void device_buffer_free(clm_buffer *buffer) {
     free(ctx);
 }
 
-static void *device_buffer_base(clm_buffer *buffer) { return ((cann_buffer_ctx *)buffer->context)->dev_ptr; }
+static void *device_buffer_base(clm_buffer *buffer) { return ((cann_buffer_ctx *)buffer->context)->base; }
 
 /* Zeroes the padding tail of a quantized base tensor (views share their base's). */
 static clm_status device_buffer_init_tensor(clm_buffer *buffer, clm_tensor *tensor) {
@@ -239,7 +240,7 @@ static clm_status device_buffer_clear(clm_buffer *buffer, uint8_t value) {
     cann_buffer_ctx *ctx = buffer->context;
     clm_status st = cann_set_device(ctx->device);
     if (st != CLM_OK) return st;
-    CANN_ACL(aclrtMemset(ctx->dev_ptr, buffer->size, value, buffer->size));
+    CANN_ACL(aclrtMemset(ctx->base, buffer->size, value, buffer->size));
     return CLM_OK;
 }
 
@@ -277,8 +278,10 @@ static clm_status device_buft_alloc(clm_buffer_type *buft, size_t size, clm_buff
     clm_status st = cann_set_device(dev_ctx->device);
     if (st != CLM_OK) return st;
     size = align_up(size == 0 ? 1 : size, CANN_BUFFER_ALIGNMENT);
+    /* aclrtMalloc promises 64-byte alignment; the buffer type promises CANN_BUFFER_ALIGNMENT, which
+     * ggml's allocator assumes of the base when it packs tensors: allocate the difference more. */
     void *dev_ptr = NULL;
-    aclError err = aclrtMalloc(&dev_ptr, size, ACL_MEM_MALLOC_HUGE_FIRST);
+    aclError err = aclrtMalloc(&dev_ptr, size + CANN_BUFFER_ALIGNMENT - CANN_MALLOC_ALIGNMENT, ACL_MEM_MALLOC_HUGE_FIRST);
     if (err != ACL_SUCCESS) {
         cann_acl_error(err, "aclrtMalloc");
         return clm_error(CLM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %.1f MiB of device memory (%s)", dev_ctx->name,
@@ -291,6 +294,7 @@ static clm_status device_buft_alloc(clm_buffer_type *buft, size_t size, clm_buff
     }
     ctx->device = dev_ctx->device;
     ctx->dev_ptr = dev_ptr;
+    ctx->base = (void *)align_up((size_t)dev_ptr, CANN_BUFFER_ALIGNMENT);
     st = clm_buffer_init(buft, device_buffer_iface, ctx, size, out);
     if (st != CLM_OK) {
         aclrtFree(dev_ptr);

@@ -9,6 +9,7 @@
 
 #define CANN_MAX_DEVICES 16
 #define CANN_BUFFER_ALIGNMENT 128
+#define CANN_MALLOC_ALIGNMENT 64   /* what aclrtMalloc guarantees of an address */
 /* aclrtMemcpyAsync within a device needs both addresses 64-byte aligned (acl_rt.h, 8.1.RC1). */
 #define CANN_D2D_ASYNC_ALIGNMENT 64
 static inline bool cann_d2d_async_aligned(const void *dst, const void *src) {
