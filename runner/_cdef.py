@@ -203,6 +203,8 @@ clm_status clm_flash_attn_ext(clm_context *ctx, clm_tensor *q, clm_tensor *k, cl
                               clm_tensor *mask, float scale, float max_bias, float logit_softcap,
                               clm_tensor **out);
 
+#define CLM_FA_MASK_BINARY 15
+
 clm_status clm_argmax(clm_context *ctx, clm_tensor *a, clm_tensor **out);
 
 clm_status clm_silu(clm_context *ctx, clm_tensor *a, clm_tensor **out);

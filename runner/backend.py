@@ -460,12 +460,15 @@ class Context(_Owned):
         return self._tensor(out)
 
     def flash_attn_ext(self, q, k, v, mask=None, scale: float = 1.0, max_bias: float = 0.0,
-                       logit_softcap: float = 0.0) -> "Tensor":
-        """-> F32 [Dv, n_head, n_q, n_seq] (permuted, as ggml)."""
+                       logit_softcap: float = 0.0, mask_binary: bool = False) -> "Tensor":
+        """-> F32 [Dv, n_head, n_q, n_seq] (permuted, as ggml). mask_binary promises a mask of
+        0 and -inf only (the backend may then skip adding it as a bias)."""
         out = ffi.new("clm_tensor **")
         check(lib.clm_flash_attn_ext(self._handle(), q.c, k.c, v.c,
                                      ffi.NULL if mask is None else mask.c, scale, max_bias,
                                      logit_softcap, out), "clm_flash_attn_ext")
+        if mask_binary:
+            out[0].op_params[lib.CLM_FA_MASK_BINARY] = 1
         return self._tensor(out)
 
     def argmax(self, a) -> "Tensor":

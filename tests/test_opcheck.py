@@ -29,10 +29,13 @@ def case_lines(text: str) -> list[str]:
 
 
 # The cases CANN declines by design (the CPU reference runs them): an I32 table for GET_ROWS, F32
-# K/V and a logit softcap for FLASH_ATTN_EXT (FusedInferAttentionScore has neither). A new entry
-# here is a decision, not an accident.
+# K/V and a logit softcap for FLASH_ATTN_EXT (FusedInferAttentionScore has neither), an INT4 weight
+# of one row (WeightQuantBatchMatmulV2 reads a (K, 1) chunk as contiguous, innermost dim odd). A
+# new entry here is a decision, not an accident.
 DECLINED = {
     "GET_ROWS(type=i32,n=8,m=10,r=4,b=2)",
+    "MUL_MAT(type_a=q4_0,type_b=f32,m=1,n=64,k=256,bs=[1,1],nr=[1,1])",
+    "MUL_MAT(type_a=q4_1,type_b=f32,m=1,n=64,k=256,bs=[1,1],nr=[1,1])",
     "FLASH_ATTN_EXT(hs=64,nh=4,nh_kv=4,kv=113,nb=7,mask=1,max_bias=0,softcap=0,type_kv=f32)",
     "FLASH_ATTN_EXT(hs=64,nh=4,nh_kv=4,kv=113,nb=7,mask=1,max_bias=0,softcap=30,type_kv=f16)",
 }

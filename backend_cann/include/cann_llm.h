@@ -237,6 +237,10 @@ clm_status clm_soft_max_ext(clm_context *ctx, clm_tensor *a, clm_tensor *mask, f
 clm_status clm_flash_attn_ext(clm_context *ctx, clm_tensor *q, clm_tensor *k, clm_tensor *v,
                               clm_tensor *mask, float scale, float max_bias, float logit_softcap,
                               clm_tensor **out);
+/* op_params[CLM_FA_MASK_BINARY] = 1 on a flash_attn_ext node promises that its mask holds only 0 and
+ * -inf (causal and sequence masks), so the backend need not add it as a bias where a boolean mask
+ * does (prefill). ggml never sets it: there a mask may hold any finite bias. */
+#define CLM_FA_MASK_BINARY 15
 /* argmax over ne0: a [ne0, ne1] -> I32 [ne1]. */
 clm_status clm_argmax(clm_context *ctx, clm_tensor *a, clm_tensor **out);
 /* unary silu: x * sigmoid(x). op_params[0] = CLM_UNARY_OP_SILU. */

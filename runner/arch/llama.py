@@ -109,7 +109,9 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                                  [row_v, head_dim * esize_v, row_v * n_kv]), "v", il)
         qp = ctx.permute(q, 0, 2, 1, 3)                # [head_dim, n_tokens, n_head]
         if flash_attn:
-            fa = name(ctx.flash_attn_ext(qp, kview, vview, kq_mask, kq_scale), "__fattn__", il)
+            # the KV cache's mask holds 0 and -inf only (kv_cache.KVCache.mask)
+            fa = name(ctx.flash_attn_ext(qp, kview, vview, kq_mask, kq_scale, mask_binary=True),
+                      "__fattn__", il)
             cur = ctx.reshape(fa, [head_dim * n_head, n_tokens])
         else:
             kq = name(ctx.mul_mat(kview, qp), "kq", il)             # [n_kv, n_tokens, n_head]

@@ -280,6 +280,10 @@ def _mul_mat_cases() -> list[Case]:
     for type_a in (Q8_0, Q4_0, Q4_1):
         for n in (1, 3, 64):
             cases.append(_mul_mat_case(type_a, F32, 70000, n, 64))
+    # one weight row (N = 1) with several activation rows: an INT4 (K, 1) chunk is declined
+    # (upstream test-backend-ops found WQBMM refusing it); Q8_0 runs
+    for type_a in (Q8_0, Q4_0, Q4_1):
+        cases.append(_mul_mat_case(type_a, F32, 1, 64, 256))
     # results beyond F16's 65504 with F16 weights (about 1024 * 0.75 * 150 = 115000)
     for n in (1, 5):
         cases.append(_mul_mat_case(F16, F32, 32, n, 1024, lo=100.0, hi=200.0, x_range=(0.5, 1.0)))
@@ -492,19 +496,35 @@ def _flash_attn_cases() -> list[Case]:
     cases.append(_fa_case(64, 9, 3, 1000, 1))                   # decode past 512 keys (full-head pse)
     cases.append(_fa_case(64, 8, 2, 600, 1, n_seq=2))           # decode, two sequences, > 512 keys
     cases.append(_fa_case(64, 8, 2, 700, 1, max_bias=8.0))      # ALiBi decode past 512 keys
+    # masks with finite biases in [-1, 1] besides -inf (ggml's semantics; upstream
+    # test-backend-ops found prefill dropping them): prefill, a K/V cache view, decode
+    for n_q in (1, 7, 32):
+        cases.append(_fa_case(64, 8, 2, 113, n_q, additive=True))
+    cases.append(_fa_case(64, 4, 4, 113, 3, additive=True, kv_view=True))
     return cases
 
 
 def _fa_case(hs, n_head, n_head_kv, n_kv, n_q, mask=True, max_bias=0.0, softcap=0.0,
-             mask_pad=0, n_seq=1, kv_type=F16) -> Case:
+             mask_pad=0, n_seq=1, kv_type=F16, additive=False, kv_view=False) -> Case:
+    """A 0 / -inf mask is promised to the backend as binary (as the runner does); an additive
+    one is not. kv_view: K and V are the first n_kv rows of twice as many, like a KV cache."""
     def build(b):
         q = b.new(F32, [hs, n_q, n_head, n_seq])
-        k = b.new(kv_type, [hs, n_kv, n_head_kv, n_seq])
-        v = b.new(kv_type, [hs, n_kv, n_head_kv, n_seq])
-        m = (b.mask(F16, [n_kv, max(n_q, mask_pad), 1, 1], additive=False) if mask else None)
-        return b.ctx.flash_attn_ext(q, k, v, m, 1.0 / np.sqrt(hs), max_bias, softcap)
+        kv_rows = 2 * n_kv if kv_view else n_kv
+        k = b.new(kv_type, [hs, kv_rows, n_head_kv, n_seq])
+        v = b.new(kv_type, [hs, kv_rows, n_head_kv, n_seq])
+        if kv_view:
+            k, v = (b.ctx.view_4d(t, [hs, n_kv, n_head_kv, n_seq], [t.nb[1], t.nb[2], t.nb[3]])
+                    for t in (k, v))
+        m = (b.mask(F16, [n_kv, max(n_q, mask_pad), 1, 1], additive=additive) if mask else None)
+        return b.ctx.flash_attn_ext(q, k, v, m, 1.0 / np.sqrt(hs), max_bias, softcap,
+                                    mask_binary=mask and not additive)
     params = {"hs": hs, "nh": n_head, "nh_kv": n_head_kv, "kv": n_kv, "nb": n_q,
               "mask": int(mask), "max_bias": max_bias, "softcap": softcap, "type_kv": kv_type}
+    if additive:
+        params["additive"] = 1
+    if kv_view:
+        params["kv_view"] = 1
     if mask_pad:
         params["mask_pad"] = mask_pad
     if n_seq != 1:

@@ -7,12 +7,15 @@
  * The ggml mask (F16, 0 / -inf, plus finite ALiBi distances) never reaches the pse as -inf: a -inf
  * in pseShift gives NaN rows on the NPU (llama.cpp-omni PR #89), and FIA does not take strided
  * pse / mask operands. So:
- *   prefill (n_q > 1): attenMask = IsNegInf(mask), a contiguous BOOL (B|1, n_q, n_kv), sparseMode 0;
- *                      with ALiBi also pse = slope[h] * clamp(mask, +-65504), contiguous per head.
- *   decode (n_q == 1): pse = [slope[h] *] clamp(mask, +-65504), contiguous (B|1, n_head, 1, n_kv).
- *                      A broadcast (B,1,1,S) attenMask is ignored past key 512 on hardware
- *                      (vllm-ascend #15503) while a full-head pse is exact there; -65504 + score
- *                      underflows exp() to 0 like -inf.
+ *   bias:              pse = [slope[h] *] clamp(mask, +-65504), contiguous (B|1, n_head, n_q, n_kv):
+ *                      ggml adds the mask to the scores, and a mask may hold any finite bias, not
+ *                      only 0 / -inf (upstream test-backend-ops fills it with values in [-1, 1]).
+ *                      Skipped in prefill without ALiBi when the node promises a 0 / -inf mask
+ *                      (op_params[CLM_FA_MASK_BINARY], set by the runner): 3-9% of pp512 here.
+ *   prefill (n_q > 1): attenMask = IsNegInf(mask), a contiguous BOOL (B|1, n_q, n_kv), sparseMode 0.
+ *   decode (n_q == 1): pse only. A broadcast (B,1,1,S) attenMask is ignored past key 512 on
+ *                      hardware (vllm-ascend #15503) while a full-head pse is exact there;
+ *                      -65504 + score underflows exp() to 0 like -inf.
  * ALiBi slopes are ggml's, in the constant cache (cann_consts.c), created by prepare.
  *
  * Declined (CPU fallback): logit softcap != 0 (FusedInferAttentionScore has none), K/V not F16 (quantized caches), K and V head dims that differ or are not a multiple of
@@ -157,7 +160,8 @@ clm_status cann_op_flash_attn_ext(cann_backend_ctx *ctx, clm_tensor *dst) {
             cann_destroy_tensors(1, m);
             if (st != CLM_OK) goto done;
         }
-        if (n_q == 1 || max_bias > 0.0f) { /* finite pse, contiguous (mb, n_head, n_q, n_kv) */
+        bool bias = n_q == 1 || max_bias > 0.0f || dst->op_params[CLM_FA_MASK_BINARY] == 0;
+        if (bias) { /* finite pse, contiguous (mb, n_head, n_q, n_kv) */
             int64_t ne_p[4] = {n_kv, n_q, n_head, mb};
             size_t nb_p[4];
             contiguous_nb(CLM_TYPE_F16, ne_p, nb_p);

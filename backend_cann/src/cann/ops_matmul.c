@@ -40,8 +40,12 @@ bool cann_supports_mul_mat(const clm_tensor *op) {
             if (w->nb[i] % clm_type_size(w->type) != 0 || x->nb[i] % clm_type_size(x->type) != 0) return false;
         return true;
     }
-    /* quantized: the whole (non-view) tensor in the device layout, 32-element blocks */
-    return is_wq_type(w->type) && w->view_src == NULL && clm_is_contiguous(w) && w->ne[0] % CANN_QL_BLOCK == 0;
+    /* quantized: the whole (non-view) tensor in the device layout, 32-element blocks. An INT4
+     * weight (Q4_0 / Q4_1) chunk of one column is a (K, 1) view that is contiguous as well as
+     * transposed, read as contiguous, whose innermost dimension 1 is odd: WQBMM refuses it. */
+    bool int4_ok = w->type == CLM_TYPE_Q8_0 || w->ne[1] % WQ_MAX_N != 1;
+    return is_wq_type(w->type) && w->view_src == NULL && clm_is_contiguous(w) && w->ne[0] % CANN_QL_BLOCK == 0 &&
+           int4_ok;
 }
 
 /* ggml-order tensor t as an aclTensor with t's dtype `as` (same element size) and row-major dims

@@ -53,6 +53,7 @@ bool cann_supports_rope(const clm_tensor *op) {
     if (op->type != x->type || !clm_are_same_shape(x, op)) return false;
     if (pos == NULL || pos->type != CLM_TYPE_I32 || pos->ne[0] != x->ne[2] || !clm_is_contiguous(pos)) return false;
     if (p.mode != 0 && p.mode != CLM_ROPE_TYPE_NEOX) return false;
+    if (op->op_params[15] != 0) return false;   /* ggml's rotated-window offset (ggml_rope_set_offset) */
     if (p.n_dims <= 0 || p.n_dims % 2 != 0 || p.n_dims > x->ne[0]) return false;
     if (ff != NULL && (ff->type != CLM_TYPE_F32 || ff->ne[0] < p.n_dims / 2)) return false;
     return true;
