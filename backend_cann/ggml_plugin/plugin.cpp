@@ -214,6 +214,10 @@ void backend_free(ggml_backend_t backend) {
 void backend_set_tensor_async(ggml_backend_t backend, ggml_tensor *tensor, const void *data, size_t offset,
                               size_t size) {
     call_mirror m(tensor);
+    if (is_converted(tensor)) {   // a K-quant weight copied in for an offloaded op: convert, in order
+        if (clm_backend_synchronize(backend_of(backend)->clm) != CLM_OK) fail("set_tensor_async");
+        return set_converted(tensor, m.get(), data, offset, size);
+    }
     if (clm_backend_set_tensor_async(backend_of(backend)->clm, m.get(), data, offset, size) != CLM_OK) {
         fail("set_tensor_async");
     }
@@ -221,6 +225,7 @@ void backend_set_tensor_async(ggml_backend_t backend, ggml_tensor *tensor, const
 
 void backend_get_tensor_async(ggml_backend_t backend, const ggml_tensor *tensor, void *data, size_t offset,
                               size_t size) {
+    refuse_converted(tensor, "get_tensor_async");
     call_mirror m(tensor);
     if (clm_backend_get_tensor_async(backend_of(backend)->clm, m.get(), data, offset, size) != CLM_OK) {
         fail("get_tensor_async");
