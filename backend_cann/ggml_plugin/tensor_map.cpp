@@ -49,7 +49,8 @@ bool rule_of(ggml_op op, op_rule *rule) {
 
 bool fill_fields(const ggml_tensor *g, clm_tensor *c, bool as_node,
                  const ggml_backend_buffer_type *buft = nullptr) {
-    if (static_cast<int>(g->type) < 0 || static_cast<int>(g->type) >= CLM_TYPE_COUNT || clm_type_name(g->type) == nullptr) return false;
+    const int type = static_cast<int>(g->type);
+    if (type < 0 || type >= CLM_TYPE_COUNT || clm_type_name(type) == nullptr) return false;
     c->type = stored_type(g, buft);
     for (int d = 0; d < CLM_MAX_DIMS; d++) {
         c->ne[d] = g->ne[d];
