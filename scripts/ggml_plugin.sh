@@ -11,8 +11,8 @@
 #   scripts/ggml_plugin.sh env            print the exports that make llama.cpp's tools load the
 #                                          plugin (eval "$(scripts/ggml_plugin.sh env)")
 #
-# Nothing here is committed: the sources and builds live under $XDG_CACHE_HOME/cann-llm/ggml.
-# A second build reuses what is there (cmake is incremental).
+# Nothing here is committed: llama.cpp's sources and build live under $XDG_CACHE_HOME/cann-llm/ggml,
+# the plugin's build under build/ in this checkout. A second build reuses what is there.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +20,7 @@ pin=0.3.36                       # llama-cpp-python version the golden files wer
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cann-llm/ggml
 src=$cache/llama_cpp_python-$pin/vendor/llama.cpp
 llama_build=$cache/build-llama-$pin
-plugin_build=$cache/build-plugin-$pin
+plugin_build=$here/build/ggml-plugin-$pin   # our sources: beside them, not in the shared cache
 jobs=${JOBS:-$(nproc)}
 # what build makes of llama.cpp (CI sets only the first two)
 targets=${GGML_PLUGIN_TARGETS:-ggml-cpu test-backend-ops llama-simple llama-cli llama-server llama-bench llama-quantize}

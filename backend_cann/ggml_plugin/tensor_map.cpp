@@ -201,7 +201,6 @@ clm_tensor *graph_map::mirror(const ggml_tensor *g) {
 }
 
 clm_status graph_map::rebuild(const ggml_cgraph *cgraph) {
-    rebuilds_++;
     clm_context_free(ctx_);
     ctx_ = nullptr;
     graph_ = nullptr;

@@ -56,7 +56,6 @@ public:
     ~graph_map();
     // The clm_graph of cgraph's computed nodes, in ggml's order. On failure, clm_last_error() says why.
     clm_status map(const ggml_cgraph *cgraph, clm_graph **out);
-    int64_t n_rebuilds() const { return rebuilds_; }
 
 private:
     clm_status rebuild(const ggml_cgraph *cgraph);
@@ -71,7 +70,6 @@ private:
     std::unordered_map<const ggml_tensor *, clm_tensor *> index_;
     clm_context *ctx_ = nullptr;                           // owns graph_
     clm_graph *graph_ = nullptr;
-    int64_t rebuilds_ = 0;
 };
 
 }  // namespace cann_llm_plugin
