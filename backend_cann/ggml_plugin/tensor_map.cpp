@@ -181,12 +181,6 @@ void structure_key(const ggml_cgraph *cgraph, std::vector<const ggml_tensor *> *
 
 graph_map::~graph_map() { clm_context_free(ctx_); }
 
-bool graph_map::same_structure(const ggml_cgraph *cgraph) const {
-    thread_local std::vector<const ggml_tensor *> key;
-    structure_key(cgraph, &key);
-    return graph_ != nullptr && key == key_;
-}
-
 // A mirror for a tensor the graph reads but does not compute (weights, inputs, KV cache, views
 // computed elsewhere): data only, and the base it views.
 clm_tensor *graph_map::mirror(const ggml_tensor *g) {
@@ -211,11 +205,8 @@ clm_status graph_map::rebuild(const ggml_cgraph *cgraph) {
 
     ggml_cgraph *cg = const_cast<ggml_cgraph *>(cgraph);
     const int n = ggml_graph_n_nodes(cg);
-    size_t n_computed = 0;
-    for (int i = 0; i < n; i++) n_computed += is_computed(ggml_graph_node(cg, i)) ? 1 : 0;
     // Computed nodes first, so a source that is also a node maps to the node's mirror.
     std::vector<const ggml_tensor *> computed;
-    computed.reserve(n_computed);
     for (int i = 0; i < n; i++) {
         const ggml_tensor *node = ggml_graph_node(cg, i);
         if (!is_computed(node)) continue;
@@ -241,7 +232,7 @@ clm_status graph_map::rebuild(const ggml_cgraph *cgraph) {
     if ((st = clm_context_new(1, &ctx_)) != CLM_OK) return st;
     if ((st = clm_graph_new(ctx_, computed.size() + 1, &graph_)) != CLM_OK) return st;
     for (const ggml_tensor *node : computed) graph_->nodes[graph_->n_nodes++] = index_[node];
-    structure_key(cgraph, &key_);
+    key_.swap(next_key_);
     return CLM_OK;
 }
 
@@ -258,7 +249,8 @@ clm_status graph_map::refresh() {
 }
 
 clm_status graph_map::map(const ggml_cgraph *cgraph, clm_graph **out) {
-    clm_status st = same_structure(cgraph) ? refresh() : rebuild(cgraph);
+    structure_key(cgraph, &next_key_);
+    clm_status st = graph_ != nullptr && next_key_ == key_ ? refresh() : rebuild(cgraph);
     if (st != CLM_OK) {
         graph_ = nullptr;   // map again next time
         key_.clear();

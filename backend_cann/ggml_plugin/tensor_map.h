@@ -59,11 +59,11 @@ public:
 
 private:
     clm_status rebuild(const ggml_cgraph *cgraph);
-    bool same_structure(const ggml_cgraph *cgraph) const;
     clm_tensor *mirror(const ggml_tensor *g);
     clm_status refresh();
 
     std::vector<const ggml_tensor *> key_;                  // nodes, their sources and views, in walk order
+    std::vector<const ggml_tensor *> next_key_;             // this call's key; becomes key_ when it is rebuilt
     std::vector<const ggml_tensor *> sources_;             // ggml tensor of mirrors_[i]
     std::deque<clm_tensor> mirrors_;                       // a deque: addresses stay put as it grows
     size_t n_nodes_ = 0;                                   // mirrors_[0, n_nodes_) are computed nodes
