@@ -20,13 +20,16 @@ RUNNER = pathlib.Path(loader.__file__).parent
 
 
 def test_registry_declarations():
-    assert arch.supported() == ("llama", "qwen2") == loader.SUPPORTED_ARCHS
-    llama, qwen2 = arch.get("llama"), arch.get("qwen2")
-    assert (llama.rope_type, llama.qkv_bias) == (ROPE_NORMAL, None)
-    assert (qwen2.rope_type, qwen2.qkv_bias) == (ROPE_NEOX, True)
+    assert arch.supported() == ("llama", "qwen2", "qwen3") == loader.SUPPORTED_ARCHS
+    llama, qwen2, qwen3 = arch.get("llama"), arch.get("qwen2"), arch.get("qwen3")
+    assert (llama.rope_type, llama.qkv_bias, llama.qk_norm) == (ROPE_NORMAL, None, False)
+    assert (qwen2.rope_type, qwen2.qkv_bias, qwen2.qk_norm) == (ROPE_NEOX, True, False)
+    assert (qwen3.rope_type, qwen3.qkv_bias, qwen3.qk_norm) == (ROPE_NEOX, None, True)
     assert type(qwen2).__module__ == "cann_llm.arch.qwen2"
     assert llama.tensor("attn_q", "bias", 3) == "blk.3.attn_q.bias"
-    with pytest.raises(KeyError, match="unknown architecture 'gptneox'; supported: llama, qwen2"):
+    assert qwen3.tensor("attn_k_norm", bid=2) == "blk.2.attn_k_norm.weight"
+    with pytest.raises(KeyError, match="unknown architecture 'gptneox'; supported: llama, qwen2, "
+                                       "qwen3"):
         arch.get("gptneox")
 
 
@@ -64,6 +67,52 @@ def test_qwen2_declares_its_biases(tmp_path):
     path = write_tiny_model(tmp_path / "q.gguf", arch="qwen2", drop={"blk.1.attn_k.bias"})
     with pytest.raises(loader.GGUFError, match="missing tensor 'blk.1.attn_k.bias'"):
         loader.open_gguf(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory):
+    """Qwen3's shape: head_dim (attention.key_length) 32 over n_embd 64 / 4 heads = 16."""
+    return write_tiny_model(tmp_path_factory.mktemp("q3") / "q3.gguf", arch="qwen3", n_embd=64,
+                            n_head=4, n_head_kv=2, head_dim=32, n_ff=128)
+
+
+def test_qwen3_loads_head_dim_and_head_norms(tiny_qwen3, tmp_path):
+    g = loader.open_gguf(tiny_qwen3)
+    hp = g.hparams
+    assert (hp.head_dim, hp.rope_type, hp.qkv_bias) == (32, ROPE_NEOX, False)
+    assert loader.expected_tensors(hp)["blk.1.attn_q_norm.weight"] == (32,)
+    assert loader.expected_tensors(hp)["blk.0.attn_q.weight"] == (64, 128)
+    g.close()
+    path = write_tiny_model(tmp_path / "bad.gguf", arch="qwen3", head_dim=32,
+                            drop={"blk.1.attn_k_norm.weight"})
+    with pytest.raises(loader.GGUFError, match="missing tensor 'blk.1.attn_k_norm.weight'"):
+        loader.open_gguf(path)
+
+
+def test_qwen3_normalises_each_head_before_rope(tiny_qwen3):
+    """Qcur_normed / Kcur_normed are RMS norms over each head's head_dim values times the
+    attn_{q,k}_norm weight (checked in numpy from the node's own inputs), and the device's logits
+    equal the CPU reference's."""
+    ids = [1, 5, 9, 200, 17]
+    seen = {}
+
+    def cb(name, op, ttype, ne, data, info):
+        if name.startswith(("Qcur_normed-", "Kcur_normed-")) or name in ("Qcur-1", "Kcur-1"):
+            seen.setdefault((name, op), (info.src_names, info.sources(), data.copy()))
+        return True
+
+    with Model(tiny_qwen3, n_ctx=64) as dev, Model(tiny_qwen3, device="CPU", n_ctx=64) as cpu:
+        np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
+        dev.logits(ids, eval_callback=cb)
+    g = loader.open_gguf(tiny_qwen3)
+    for kind, n_heads in (("Q", 4), ("K", 2)):
+        pre = seen[(f"{kind}cur-1", "MUL_MAT")][2]                 # [n_tokens, n_heads*head_dim]
+        srcs, (_, weight), normed = seen[(f"{kind}cur_normed-1", "MUL")]
+        assert srcs[1] == f"blk.1.attn_{kind.lower()}_norm.weight"
+        x = pre.reshape(len(ids), n_heads, 32).astype(np.float64)
+        want = x / np.sqrt((x * x).mean(-1, keepdims=True) + g.hparams.rms_eps) * weight
+        np.testing.assert_allclose(normed.reshape(want.shape), want, rtol=2e-3, atol=2e-3)
+    g.close()
 
 
 class Toy(Llama):

@@ -114,7 +114,7 @@ def _encode(data: np.ndarray, qtype: int, rng) -> tuple[np.ndarray, QT | None]:
 
 def tiny_tensors(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_head: int,
                  n_head_kv: int, n_ff: int, head_dim: int, tied: bool) -> dict[str, tuple]:
-    """name -> ne (ggml order) of a llama/qwen2 model."""
+    """name -> ne (ggml order) of a llama/qwen2/qwen3 model."""
     q, kv = n_head * head_dim, n_head_kv * head_dim
     out = {"token_embd.weight": (n_embd, n_vocab), "output_norm.weight": (n_embd,)}
     if not tied:
@@ -128,6 +128,8 @@ def tiny_tensors(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_head: int
                     b + "ffn_down.weight": (n_ff, n_embd)})
         if arch == "qwen2":
             out.update({b + "attn_q.bias": (q,), b + "attn_k.bias": (kv,), b + "attn_v.bias": (kv,)})
+        if arch == "qwen3":
+            out.update({b + "attn_q_norm.weight": (head_dim,), b + "attn_k_norm.weight": (head_dim,)})
     return out
 
 
@@ -137,13 +139,19 @@ def write_tiny_model(path, arch: str = "llama", vocab: str | None = None, n_embd
                      tied: bool = True, seed: int = 0, rms_eps: float = 1e-5,
                      rope_freq_base: float = 10000.0, types: dict | None = None,
                      shapes: dict | None = None, drop=(), kv: dict | None = None,
-                     chat_template: str | None = None, n_vocab: int = 300) -> pathlib.Path:
-    """Write a random-weight llama/qwen2 GGUF at `path` and return the path (see module doc)."""
+                     chat_template: str | None = None, n_vocab: int = 300,
+                     head_dim: int | None = None, weight_scale: float = 0.02) -> pathlib.Path:
+    """Write a random-weight llama/qwen2/qwen3 GGUF at `path` and return the path (see module
+    doc). head_dim other than n_embd / n_head is written as attention.key_length (Qwen3-style);
+    weight_scale is the standard deviation of the matrices (larger: more peaked logits)."""
     path = pathlib.Path(path)
     rng = np.random.default_rng(seed)
     meta = _synthetic_vocab(n_vocab) if vocab is None else _real_vocab(vocab)
     n_vocab = len(meta["tokenizer.ggml.tokens"])
-    head_dim = n_embd // n_head
+    if head_dim is not None:
+        kv = {f"{arch}.attention.key_length": head_dim, f"{arch}.attention.value_length": head_dim,
+              **(kv or {})}
+    head_dim = head_dim or n_embd // n_head
     w = GGUFWriter(str(path), arch)
     a = arch + "."
     base = {a + "context_length": n_ctx, a + "embedding_length": n_embd,
@@ -171,7 +179,7 @@ def write_tiny_model(path, arch: str = "llama", vocab: str | None = None, n_embd
         else:
             default = embd_type if (name == "token_embd.weight" and embd_type is not None) \
                 else weight_type
-            data = 0.02 * rng.standard_normal(tuple(reversed(ne)))
+            data = weight_scale * rng.standard_normal(tuple(reversed(ne)))
         qtype = (types or {}).get(name, default)
         if ne[0] % GGML_QUANT_SIZES[QT(qtype)][0]:   # as llama.cpp's quantize: a fallback type
             qtype = QT.Q8_0 if ne[0] % 32 == 0 else QT.F32

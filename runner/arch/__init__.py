@@ -10,8 +10,9 @@ from __future__ import annotations
 from .base import ROPE_NEOX, ROPE_NORMAL, Arch, Key
 from .llama import ForwardGraph, Llama
 from .qwen2 import Qwen2
+from .qwen3 import Qwen3
 
-ARCHS: dict[str, Arch] = {a.name: a for a in (Llama(), Qwen2())}
+ARCHS: dict[str, Arch] = {a.name: a for a in (Llama(), Qwen2(), Qwen3())}
 
 
 def supported() -> tuple[str, ...]:

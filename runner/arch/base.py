@@ -38,10 +38,12 @@ class Arch:
         "attn_output": "blk.{bid}.attn_output", "ffn_norm": "blk.{bid}.ffn_norm",
         "ffn_gate": "blk.{bid}.ffn_gate", "ffn_up": "blk.{bid}.ffn_up",
         "ffn_down": "blk.{bid}.ffn_down",
+        "attn_q_norm": "blk.{bid}.attn_q_norm", "attn_k_norm": "blk.{bid}.attn_k_norm",
     }
     extra_keys: tuple = ()          # Key, ...: read into HParams.extra
     rope_type: int = ROPE_NORMAL
     qkv_bias: bool | None = None    # True: required, False: none, None: used when the file has it
+    qk_norm: bool = False           # RMS norm of each Q and K head (attn_{q,k}_norm) before RoPE
 
     def tensor(self, role: str, suffix: str = "weight", bid: int | None = None) -> str:
         """The GGUF name of a tensor: tensor("attn_q", "bias", 3) -> "blk.3.attn_q.bias"."""
@@ -69,6 +71,9 @@ class Arch:
             if hp.qkv_bias:
                 out.update({t("attn_q", "bias", i): (q,), t("attn_k", "bias", i): (kv,),
                             t("attn_v", "bias", i): (kv,)})
+            if self.qk_norm:
+                out.update({t("attn_q_norm", bid=i): (hp.head_dim,),
+                            t("attn_k_norm", bid=i): (hp.head_dim,)})
         return out
 
     def optional_tensors(self, hp) -> dict:

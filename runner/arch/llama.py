@@ -88,6 +88,11 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
         q = proj("q", n_head)
         k = proj("k", n_head_kv)
         v = name(proj("v", n_head_kv), "Vcur", il)
+        if arch.qk_norm:    # qwen3, gemma3: RMS norm over each head's head_dim values
+            q = name(ctx.mul(ctx.rms_norm(q, hp.rms_eps), w[tn("attn_q_norm", bid=il)]),
+                     "Qcur_normed", il)
+            k = name(ctx.mul(ctx.rms_norm(k, hp.rms_eps), w[tn("attn_k_norm", bid=il)]),
+                     "Kcur_normed", il)
         q = name(ctx.rope_ext(q, inp_pos, freq_factors, **rope_kw), "Qcur", il)
         k = name(ctx.rope_ext(k, inp_pos, freq_factors, **rope_kw), "Kcur", il)
 

@@ -56,14 +56,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     out.append(f"arch:        {hp.arch}: {hp.n_layer} layers, n_embd {hp.n_embd}, heads "
                f"{hp.n_head} (kv {hp.n_head_kv}, head_dim {hp.head_dim}), n_ff {hp.n_ff}, "
                f"n_vocab {hp.n_vocab}, n_ctx_train {hp.n_ctx_train}")
-    from ..arch import ROPE_NEOX
+    from ..arch import ROPE_NEOX, get as get_arch
     rope = "neox" if hp.rope_type == ROPE_NEOX else "normal"
     yarn = f", yarn {hp.rope_yarn}" if hp.rope_yarn else ""
     out.append(f"rope:        {rope}, n_dims {hp.rope_n_dims}, freq_base {hp.rope_freq_base:g}, "
                f"freq_scale {hp.rope_freq_scale:g}{yarn}; rms_eps {hp.rms_eps:g}")
     embd = "tied (token_embd is the output projection)" if hp.tied_embeddings \
         else "separate output.weight"
-    out.append(f"embeddings:  {embd}; qkv bias: {'yes' if hp.qkv_bias else 'no'}")
+    qk_norm = "; q/k head norm: yes" if get_arch(hp.arch).qk_norm else ""
+    out.append(f"embeddings:  {embd}; qkv bias: {'yes' if hp.qkv_bias else 'no'}{qk_norm}")
     tokens = md.get("tokenizer.ggml.tokens")
     tok = f"{md.get('tokenizer.ggml.model', '?')}"
     if md.get("tokenizer.ggml.pre"):
