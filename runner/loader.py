@@ -84,6 +84,7 @@ class HParams:
     tied_embeddings: bool
     extra: dict = field(default_factory=dict)   # the architecture's Key declarations, by name
     pooling_type: int | None = None   # {arch}.pooling_type (POOLING_TYPES), None when absent
+    fused_qkv: bool = False   # one blk.N.attn_qkv projection instead of attn_{q,k,v} (Phi-3)
 
 
 @dataclass(frozen=True)
@@ -398,7 +399,7 @@ def _hparams(g: GGUFFile) -> HParams:
         rope_type=decl.rope_type, rope_n_dims=rope_n_dims,
         rope_freq_base=_key(g, a + "rope.freq_base", float, 10000.0), rope_freq_scale=freq_scale,
         rope_yarn=rope_yarn,
-        qkv_bias=decl.has_qkv_bias(g.tensors),
+        qkv_bias=decl.has_qkv_bias(g.tensors), fused_qkv=decl.has_fused_qkv(g.tensors),
         tied_embeddings=decl.tensor("output") not in g.tensors, extra=extra,
         pooling_type=pooling_type)
     _check_tensors(g, hp, decl)

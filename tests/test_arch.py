@@ -20,7 +20,7 @@ RUNNER = pathlib.Path(loader.__file__).parent
 
 
 def test_registry_declarations():
-    assert arch.supported() == ("llama", "qwen2", "qwen3") == loader.SUPPORTED_ARCHS
+    assert arch.supported() == ("llama", "phi3", "qwen2", "qwen3") == loader.SUPPORTED_ARCHS
     llama, qwen2, qwen3 = arch.get("llama"), arch.get("qwen2"), arch.get("qwen3")
     assert (llama.rope_type, llama.qkv_bias, llama.qk_norm) == (ROPE_NORMAL, None, False)
     assert (qwen2.rope_type, qwen2.qkv_bias, qwen2.qk_norm) == (ROPE_NEOX, True, False)
@@ -28,8 +28,8 @@ def test_registry_declarations():
     assert type(qwen2).__module__ == "cann_llm.arch.qwen2"
     assert llama.tensor("attn_q", "bias", 3) == "blk.3.attn_q.bias"
     assert qwen3.tensor("attn_k_norm", bid=2) == "blk.2.attn_k_norm.weight"
-    with pytest.raises(KeyError, match="unknown architecture 'gptneox'; supported: llama, qwen2, "
-                                       "qwen3"):
+    with pytest.raises(KeyError, match="unknown architecture 'gptneox'; supported: llama, phi3, "
+                                       "qwen2, qwen3"):
         arch.get("gptneox")
 
 
@@ -113,6 +113,51 @@ def test_qwen3_normalises_each_head_before_rope(tiny_qwen3):
         want = x / np.sqrt((x * x).mean(-1, keepdims=True) + g.hparams.rms_eps) * weight
         np.testing.assert_allclose(normed.reshape(want.shape), want, rtol=2e-3, atol=2e-3)
     g.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_phi3(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("p3") / "p3.gguf", arch="phi3", n_embd=64,
+                            n_head=4, n_head_kv=2, n_ff=96, tied=False)
+
+
+def test_phi3_fused_projections(tiny_phi3):
+    """phi3: Q, K and V are views of one attn_qkv product ([Q | K | V] rows), SwiGLU runs over
+    the halves of ffn_up ([gate | up]); both checked in numpy from the nodes' values, and the
+    device's logits equal the CPU reference's."""
+    g = loader.open_gguf(tiny_phi3)
+    hp = g.hparams
+    assert hp.fused_qkv and not hp.qkv_bias
+    expected = loader.expected_tensors(hp)
+    assert expected["blk.0.attn_qkv.weight"] == (64, 64 + 2 * 32)
+    assert expected["blk.0.ffn_up.weight"] == (64, 192)
+    assert "blk.0.attn_q.weight" not in expected and "blk.0.ffn_gate.weight" not in expected
+    g.close()
+    ids = [1, 5, 9, 200, 17]
+    seen = {}
+
+    def cb(name, op, ttype, ne, data, info):
+        seen.setdefault((name, op), (info.sources(), data.copy()))
+        return True
+
+    with Model(tiny_phi3, n_ctx=64) as dev, Model(tiny_phi3, device="CPU", n_ctx=64) as cpu:
+        np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
+        dev.logits(ids, eval_callback=cb)
+    qkv = seen[("wqkv-1", "MUL_MAT")][1]                     # [n_tokens, 128]
+    for kind, lo, hi in (("Q", 0, 64), ("K", 64, 96)):
+        rope_in = seen[(f"{kind}cur-1", "ROPE")][0][0]       # the view ROPE read
+        np.testing.assert_array_equal(rope_in.reshape(len(ids), -1), qkv[:, lo:hi])
+    (up,), swiglu = seen[("ffn_swiglu-0", "SWIGLU")]
+    up = up.reshape(len(ids), 192).astype(np.float64)
+    gate, lin = up[:, :96], up[:, 96:]
+    np.testing.assert_allclose(swiglu, gate / (1 + np.exp(-gate)) * lin, rtol=1e-3, atol=1e-5)
+
+
+def test_fused_qkv_file_refuses_a_wrong_shape(tmp_path):
+    path = write_tiny_model(tmp_path / "p.gguf", arch="phi3",
+                            shapes={"blk.0.attn_qkv.weight": (64, 64)})
+    with pytest.raises(loader.GGUFError, match="blk.0.attn_qkv.weight"):
+        loader.open_gguf(path)
 
 
 class Toy(Llama):

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from .base import ROPE_NEOX, ROPE_NORMAL, Arch, Key
 from .llama import ForwardGraph, Llama
+from .phi3 import Phi3
 from .qwen2 import Qwen2
 from .qwen3 import Qwen3
 
-ARCHS: dict[str, Arch] = {a.name: a for a in (Llama(), Qwen2(), Qwen3())}
+ARCHS: dict[str, Arch] = {a.name: a for a in (Llama(), Phi3(), Qwen2(), Qwen3())}
 
 
 def supported() -> tuple[str, ...]:

@@ -39,11 +39,14 @@ class Arch:
         "ffn_gate": "blk.{bid}.ffn_gate", "ffn_up": "blk.{bid}.ffn_up",
         "ffn_down": "blk.{bid}.ffn_down",
         "attn_q_norm": "blk.{bid}.attn_q_norm", "attn_k_norm": "blk.{bid}.attn_k_norm",
+        "attn_qkv": "blk.{bid}.attn_qkv",
     }
     extra_keys: tuple = ()          # Key, ...: read into HParams.extra
     rope_type: int = ROPE_NORMAL
     qkv_bias: bool | None = None    # True: required, False: none, None: used when the file has it
     qk_norm: bool = False           # RMS norm of each Q and K head (attn_{q,k}_norm) before RoPE
+    fused_gate_up: bool = False     # ffn_up holds gate and up ([n_embd, 2 n_ff]), no ffn_gate
+    scale_q: bool = False           # Q scaled by 1/sqrt(head_dim) before attention (scale 1 there)
 
     def tensor(self, role: str, suffix: str = "weight", bid: int | None = None) -> str:
         """The GGUF name of a tensor: tensor("attn_q", "bias", 3) -> "blk.3.attn_q.bias"."""
@@ -52,7 +55,12 @@ class Arch:
     def has_qkv_bias(self, tensors) -> bool:
         if self.qkv_bias is not None:
             return self.qkv_bias
-        return self.tensor("attn_q", "bias", 0) in tensors
+        role = "attn_qkv" if self.has_fused_qkv(tensors) else "attn_q"
+        return self.tensor(role, "bias", 0) in tensors
+
+    def has_fused_qkv(self, tensors) -> bool:
+        """Q, K and V come from one attn_qkv projection (any architecture, as in llama.cpp)."""
+        return self.tensor("attn_qkv", bid=0) in tensors
 
     def expected_tensors(self, hp) -> dict:
         """name -> expected ne (ggml order) of every tensor the forward pass needs."""
@@ -63,14 +71,23 @@ class Arch:
             out[t("output")] = (hp.n_embd, hp.n_vocab)
         for i in range(hp.n_layer):
             out.update({
-                t("attn_norm", bid=i): (hp.n_embd,), t("attn_q", bid=i): (hp.n_embd, q),
-                t("attn_k", bid=i): (hp.n_embd, kv), t("attn_v", bid=i): (hp.n_embd, kv),
-                t("attn_output", bid=i): (q, hp.n_embd), t("ffn_norm", bid=i): (hp.n_embd,),
-                t("ffn_gate", bid=i): (hp.n_embd, hp.n_ff), t("ffn_up", bid=i): (hp.n_embd, hp.n_ff),
-                t("ffn_down", bid=i): (hp.n_ff, hp.n_embd)})
-            if hp.qkv_bias:
-                out.update({t("attn_q", "bias", i): (q,), t("attn_k", "bias", i): (kv,),
-                            t("attn_v", "bias", i): (kv,)})
+                t("attn_norm", bid=i): (hp.n_embd,), t("attn_output", bid=i): (q, hp.n_embd),
+                t("ffn_norm", bid=i): (hp.n_embd,), t("ffn_down", bid=i): (hp.n_ff, hp.n_embd)})
+            if hp.fused_qkv:
+                out[t("attn_qkv", bid=i)] = (hp.n_embd, q + 2 * kv)
+                if hp.qkv_bias:
+                    out[t("attn_qkv", "bias", i)] = (q + 2 * kv,)
+            else:
+                out.update({t("attn_q", bid=i): (hp.n_embd, q), t("attn_k", bid=i): (hp.n_embd, kv),
+                            t("attn_v", bid=i): (hp.n_embd, kv)})
+                if hp.qkv_bias:
+                    out.update({t("attn_q", "bias", i): (q,), t("attn_k", "bias", i): (kv,),
+                                t("attn_v", "bias", i): (kv,)})
+            if self.fused_gate_up:
+                out[t("ffn_up", bid=i)] = (hp.n_embd, 2 * hp.n_ff)
+            else:
+                out.update({t("ffn_gate", bid=i): (hp.n_embd, hp.n_ff),
+                            t("ffn_up", bid=i): (hp.n_embd, hp.n_ff)})
             if self.qk_norm:
                 out.update({t("attn_q_norm", bid=i): (hp.head_dim,),
                             t("attn_k_norm", bid=i): (hp.head_dim,)})

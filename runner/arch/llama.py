@@ -83,11 +83,30 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
             bias = w.get(tn(f"attn_{kind}", "bias", il))
             if bias is not None:
                 t = name(ctx.add(t, bias), f"{kind.upper()}cur", il)
-            return ctx.reshape(t, [head_dim, n_heads, n_tokens])
+            return t
 
-        q = proj("q", n_head)
-        k = proj("k", n_head_kv)
-        v = name(proj("v", n_head_kv), "Vcur", il)
+        if hp.fused_qkv:
+            # one projection; Q, K and V are views of its rows [Q | K | V] (llama.cpp's build_qkv)
+            qkv = proj("qkv", 0)
+            name(qkv, "wqkv", il)
+            es, row = qkv.nb[0], qkv.nb[1]
+            q_dim = head_dim * n_head
+
+            def head_view(n_heads, first):
+                return ctx.view_4d(qkv, [head_dim, n_heads, n_tokens],
+                                   [head_dim * es, row, row * n_tokens], first * es)
+            q = name(head_view(n_head, 0), "Qcur", il)
+            k = name(head_view(n_head_kv, q_dim), "Kcur", il)
+            v = name(head_view(n_head_kv, q_dim + n_embd_k_gqa), "Vcur", il)
+            # the rows V is stored from, [n_embd_v_gqa, n_tokens] (a view: V is not contiguous)
+            v_rows = ctx.view_4d(qkv, [n_embd_v_gqa, n_tokens], [row, row * n_tokens],
+                                 (q_dim + n_embd_k_gqa) * es)
+        else:
+            q = ctx.reshape(proj("q", n_head), [head_dim, n_head, n_tokens])
+            k = ctx.reshape(proj("k", n_head_kv), [head_dim, n_head_kv, n_tokens])
+            v = name(ctx.reshape(proj("v", n_head_kv), [head_dim, n_head_kv, n_tokens]),
+                     "Vcur", il)
+            v_rows = ctx.reshape(v, [n_embd_v_gqa, n_tokens])
         if arch.qk_norm:    # qwen3, gemma3: RMS norm over each head's head_dim values
             q = name(ctx.mul(ctx.rms_norm(q, hp.rms_eps), w[tn("attn_q_norm", bid=il)]),
                      "Qcur_normed", il)
@@ -95,12 +114,16 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                      "Kcur_normed", il)
         q = name(ctx.rope_ext(q, inp_pos, freq_factors, **rope_kw), "Qcur", il)
         k = name(ctx.rope_ext(k, inp_pos, freq_factors, **rope_kw), "Kcur", il)
+        attn_scale = kq_scale
+        if arch.scale_q:    # phi3: Q scaled as a node of its own, attention at scale 1
+            q = name(ctx.scale(q, kq_scale), "Qcur", il)
+            attn_scale = 1.0
 
         # store this micro-batch's K and V rows into their cells (one row of the cache per cell)
         k_cache, v_cache = kv.k[il], kv.v[il]
         k_store = ctx.set_rows(k_cache, ctx.reshape(k, [n_embd_k_gqa, n_tokens]), kv_idxs)
         name(k_store, "k_store", il)
-        v_store = ctx.set_rows(v_cache, ctx.reshape(v, [n_embd_v_gqa, n_tokens]), kv_idxs)
+        v_store = ctx.set_rows(v_cache, v_rows, kv_idxs)
         name(v_store, "v_store", il)
         graph.build_forward(k_store)
         graph.build_forward(v_store)
@@ -115,12 +138,12 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
         qp = ctx.permute(q, 0, 2, 1, 3)                # [head_dim, n_tokens, n_head]
         if flash_attn:
             # the KV cache's mask holds 0 and -inf only (kv_cache.KVCache.mask)
-            fa = name(ctx.flash_attn_ext(qp, kview, vview, kq_mask, kq_scale, mask_binary=True),
+            fa = name(ctx.flash_attn_ext(qp, kview, vview, kq_mask, attn_scale, mask_binary=True),
                       "__fattn__", il)
             cur = ctx.reshape(fa, [head_dim * n_head, n_tokens])
         else:
             kq = name(ctx.mul_mat(kview, qp), "kq", il)             # [n_kv, n_tokens, n_head]
-            kq = name(ctx.soft_max_ext(kq, kq_mask, kq_scale), "kq_soft_max", il)
+            kq = name(ctx.soft_max_ext(kq, kq_mask, attn_scale), "kq_soft_max", il)
             vt = ctx.cont(ctx.permute(vview, 1, 0, 2, 3))           # [n_kv, head_dim, n_head_kv]
             name(vt, "v_t", il)
             kqv = name(ctx.mul_mat(vt, kq), "kqv", il)              # [head_dim, n_tokens, n_head]
@@ -140,9 +163,13 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
 
         cur = name(ctx.rms_norm(ffn_inp, hp.rms_eps), "norm", il)
         cur = name(ctx.mul(cur, w[tn("ffn_norm", bid=il)]), "ffn_norm", il)
-        gate = name(ctx.mul_mat(w[tn("ffn_gate", bid=il)], cur), "ffn_gate", il)
-        up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)
-        cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
+        if arch.fused_gate_up:      # phi3: ffn_up's rows are [gate | up]
+            up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)
+            cur = name(ctx.swiglu(up), "ffn_swiglu", il)
+        else:
+            gate = name(ctx.mul_mat(w[tn("ffn_gate", bid=il)], cur), "ffn_gate", il)
+            up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)
+            cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
         cur = name(ctx.mul_mat(w[tn("ffn_down", bid=il)], cur), "ffn_out", il)
         inpL = name(ctx.add(cur, ffn_inp), "l_out", il)
 

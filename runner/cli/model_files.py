@@ -63,8 +63,11 @@ def cmd_info(args: argparse.Namespace) -> int:
                f"freq_scale {hp.rope_freq_scale:g}{yarn}; rms_eps {hp.rms_eps:g}")
     embd = "tied (token_embd is the output projection)" if hp.tied_embeddings \
         else "separate output.weight"
-    qk_norm = "; q/k head norm: yes" if get_arch(hp.arch).qk_norm else ""
-    out.append(f"embeddings:  {embd}; qkv bias: {'yes' if hp.qkv_bias else 'no'}{qk_norm}")
+    decl = get_arch(hp.arch)
+    flags = "".join(f"; {text}" for on, text in (
+        (hp.fused_qkv, "fused qkv"), (decl.fused_gate_up, "fused gate/up"),
+        (decl.qk_norm, "q/k head norm")) if on)
+    out.append(f"embeddings:  {embd}; qkv bias: {'yes' if hp.qkv_bias else 'no'}{flags}")
     tokens = md.get("tokenizer.ggml.tokens")
     tok = f"{md.get('tokenizer.ggml.model', '?')}"
     if md.get("tokenizer.ggml.pre"):
