@@ -49,6 +49,8 @@ ARCHS = {
                                    n_ff=512, n_layer=3)),
     "qwen2": ("qwen2", dict(n_embd=224, n_head=7, n_head_kv=1, n_ff=512, n_layer=3)),
     "qwen3": ("qwen2", dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=128, n_ff=512, n_layer=3)),
+    # Phi-3 mini's head_dim 96, no GQA (Phi-3-medium and Phi-4-mini have it), separate output
+    "phi3": ("phi-3", dict(n_embd=288, n_head=3, n_head_kv=3, n_ff=512, n_layer=3, tied=False)),
 }
 
 TEXT = ("The quick brown fox jumps over the lazy dog. In 1969, Apollo 11 landed on the Moon; "
