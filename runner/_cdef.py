@@ -73,11 +73,16 @@ typedef enum clm_op {
 
 typedef enum clm_unary_op {
     CLM_UNARY_OP_SILU = 0,
+    CLM_UNARY_OP_GELU = 1,
+    CLM_UNARY_OP_GELU_ERF = 2,
+    CLM_UNARY_OP_TANH = 3,
     CLM_UNARY_OP_COUNT,
 } clm_unary_op;
 
 typedef enum clm_glu_op {
     CLM_GLU_OP_SWIGLU = 0,
+    CLM_GLU_OP_GEGLU = 1,
+    CLM_GLU_OP_GEGLU_ERF = 2,
     CLM_GLU_OP_COUNT,
 } clm_glu_op;
 
@@ -212,6 +217,19 @@ clm_status clm_silu(clm_context *ctx, clm_tensor *a, clm_tensor **out);
 clm_status clm_swiglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
 
 clm_status clm_swiglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
+clm_status clm_gelu(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_gelu_erf(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_tanh(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_geglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
+
+clm_status clm_geglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
+clm_status clm_geglu_erf(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
+clm_status clm_geglu_erf_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);
 

@@ -483,6 +483,32 @@ class Context(_Owned):
     def swiglu_split(self, a, b) -> "Tensor":
         return self._binary(lib.clm_swiglu_split, a, b, "clm_swiglu_split")
 
+    def gelu(self, a) -> "Tensor":
+        """ggml_gelu: the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+        return self._unary_node(lib.clm_gelu, a, what="clm_gelu")
+
+    def gelu_erf(self, a) -> "Tensor":
+        """ggml_gelu_erf: 0.5 x (1 + erf(x / sqrt(2)))."""
+        return self._unary_node(lib.clm_gelu_erf, a, what="clm_gelu_erf")
+
+    def tanh(self, a) -> "Tensor":
+        return self._unary_node(lib.clm_tanh, a, what="clm_tanh")
+
+    def geglu(self, a, swapped: bool = False) -> "Tensor":
+        """a [2n, ...] -> gelu(a[:n]) * a[n:] (swapped: gelu(a[n:]) * a[:n])."""
+        return self._unary_node(lib.clm_geglu, a, bool(swapped), what="clm_geglu")
+
+    def geglu_split(self, a, b) -> "Tensor":
+        """gelu(a) * b (gelu the tanh approximation)."""
+        return self._binary(lib.clm_geglu_split, a, b, "clm_geglu_split")
+
+    def geglu_erf(self, a, swapped: bool = False) -> "Tensor":
+        return self._unary_node(lib.clm_geglu_erf, a, bool(swapped), what="clm_geglu_erf")
+
+    def geglu_erf_split(self, a, b) -> "Tensor":
+        """gelu_erf(a) * b."""
+        return self._binary(lib.clm_geglu_erf_split, a, b, "clm_geglu_erf_split")
+
     def new_op(self, op: int, tensor_type: int, ne, srcs, params: bytes = b"") -> "Tensor":
         """A generic node: result type and shape (ggml order) computed by the caller."""
         ne_c = ffi.new("int64_t[]", list(ne))

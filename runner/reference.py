@@ -184,6 +184,35 @@ def _silu(x: np.ndarray) -> np.ndarray:
         return x / (1.0 + np.exp(-x))
 
 
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_COEF_A = 0.044715
+_erfc = np.frompyfunc(math.erfc, 1, 1)   # numpy has no erf; libm's, element by element (slow)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """ggml_gelu, the tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2/pi) x (1 + 0.044715 x^2),
+    computed as x / (1 + exp(-2u)) (the same value without the cancellation of 1 + tanh(u) for
+    negative x); its limit 0 at -inf."""
+    x = _f64(x)
+    u = _SQRT_2_OVER_PI * x * (1.0 + _GELU_COEF_A * x * x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x / (1.0 + np.exp(-2.0 * u))
+    return np.where(np.isneginf(x), 0.0, y)
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    """ggml_gelu_erf, 0.5 x (1 + erf(x / sqrt(2))), computed as 0.5 x erfc(-x / sqrt(2)) (no
+    cancellation for negative x); its limit 0 at -inf."""
+    x = _f64(x)
+    with np.errstate(invalid="ignore"):
+        y = 0.5 * x * _erfc(-x * math.sqrt(0.5)).astype(np.float64)
+    return np.where(np.isneginf(x), 0.0, y)
+
+
+def _tanh(x: np.ndarray) -> np.ndarray:
+    return np.tanh(_f64(x))
+
+
 def op_add(a, b):
     return _f64(a) + _repeat_to(_f64(b), a.shape)
 
@@ -345,15 +374,16 @@ def op_argmax(a):
     return np.argmax(np.asarray(a)[0, 0], axis=-1).astype(np.int32).reshape(1, 1, 1, -1)
 
 
-def op_glu(a, b, swapped: bool):
-    """swiglu: silu(gate) * up; fused (b None): a's first half is the gate (second if swapped)."""
+def op_glu(a, b, swapped: bool, glu_op: int = GluOp.SWIGLU):
+    """act(gate) * up, act silu (SWIGLU), gelu (GEGLU) or gelu_erf (GEGLU_ERF); fused (b None):
+    a's first half is the gate (second if swapped)."""
     if b is None:
         n = a.shape[-1] // 2
         first, second = a[..., :n], a[..., n:]
         gate, up = (second, first) if swapped else (first, second)
     else:
         gate, up = a, b
-    return _silu(gate) * _f64(up)
+    return _GLU_ACT[GluOp(glu_op)](gate) * _f64(up)
 
 
 def op_copy(src, shape: tuple):
@@ -367,16 +397,21 @@ def op_copy(src, shape: tuple):
 # the CPU slot of the graph splitter reads them); an op parameter it does not know is checked by
 # supports().
 
+_UNARY = {UnaryOp.SILU: _silu, UnaryOp.GELU: _gelu, UnaryOp.GELU_ERF: _gelu_erf,
+          UnaryOp.TANH: _tanh}
+_GLU_ACT = {GluOp.SWIGLU: _silu, GluOp.GEGLU: _gelu, GluOp.GEGLU_ERF: _gelu_erf}
+
+
 def _unary(node, src, fp, ip):
-    if ip[0] != UnaryOp.SILU:
+    if int(ip[0]) not in _KNOWN_SUBOPS[Op.UNARY]:
         raise ReferenceError(f"unary op {ip[0]} is not known to the reference")
-    return _silu(src(0))
+    return _UNARY[UnaryOp(int(ip[0]))](src(0))
 
 
 def _glu(node, src, fp, ip):
-    if ip[0] != GluOp.SWIGLU:
+    if int(ip[0]) not in _KNOWN_SUBOPS[Op.GLU]:
         raise ReferenceError(f"glu op {ip[0]} is not known to the reference")
-    return op_glu(src(0), src(1), bool(ip[1]))
+    return op_glu(src(0), src(1), bool(ip[1]), int(ip[0]))
 
 
 _COMPUTE = {
@@ -402,7 +437,7 @@ _COMPUTE = {
 
 SUPPORTED_OPS = frozenset(_COMPUTE)
 VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
-_KNOWN_SUBOPS = {Op.UNARY: {int(UnaryOp.SILU)}, Op.GLU: {int(GluOp.SWIGLU)}}
+_KNOWN_SUBOPS = {Op.UNARY: {int(op) for op in _UNARY}, Op.GLU: {int(op) for op in _GLU_ACT}}
 
 
 def supports(node: Tensor) -> bool:

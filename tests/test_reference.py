@@ -213,6 +213,79 @@ def test_swiglu_fused_swapped_and_split():
     np.testing.assert_allclose(ref.op_glu(a, a + 1, False), silu(a) * (a + 1))
 
 
+# gelu / gelu_erf / tanh: element-by-element loops on math.tanh / math.erf, as ggml_gelu_f32 and
+# ggml_vec_gelu_erf_f32 write them (in float64). The reference avoids their cancellation of 1 + tanh
+# and 1 + erf for negative x, so the two differ there by a few float64 ulps of |x| (atol).
+def gelu_loop(x):
+    return np.array([0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * v * (1 + 0.044715 * v * v)))
+                     for v in np.asarray(x, np.float64).reshape(-1)]).reshape(np.shape(x))
+
+
+def gelu_erf_loop(x):
+    return np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+                     for v in np.asarray(x, np.float64).reshape(-1)]).reshape(np.shape(x))
+
+
+def tanh_loop(x):
+    return np.array([math.tanh(v) for v in np.asarray(x, np.float64).reshape(-1)]).reshape(np.shape(x))
+
+
+def test_gelu_gelu_erf_and_tanh_formulas():
+    x = np.concatenate([uniform(200, lo=-12, hi=12), uniform(50, lo=-1e-3, hi=1e-3),
+                        np.array([0.0, -0.0, 1.0, -1.0, 3.0, -3.0, 50.0, -50.0], np.float32)])
+    np.testing.assert_allclose(ref._gelu(x), gelu_loop(x), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(ref._gelu_erf(x), gelu_erf_loop(x), rtol=1e-13, atol=1e-14)
+    # deep in the negative tail the reference keeps its relative accuracy (the loops cannot)
+    np.testing.assert_allclose(ref._gelu_erf(np.array([-8.0])), -4 * math.erfc(8 / math.sqrt(2)),
+                               rtol=1e-13)
+    np.testing.assert_allclose(ref._tanh(x), tanh_loop(x), rtol=1e-15)
+    # values known from the definitions: gelu(1) (tanh form) and gelu_erf(1) = Phi(1)
+    assert ref._gelu(np.array([1.0]))[0] == pytest.approx(0.8411919906082768, rel=1e-15)
+    assert ref._gelu_erf(np.array([1.0]))[0] == pytest.approx(0.8413447460685429, rel=1e-15)
+    # infinities: the limits (x at +inf, 0 at -inf), NaN stays NaN
+    special = np.array([np.inf, -np.inf, np.nan])
+    for fn in (ref._gelu, ref._gelu_erf):
+        got = fn(special)
+        assert got[0] == np.inf and got[1] == 0.0 and np.isnan(got[2])
+    np.testing.assert_array_equal(ref._tanh(special[:2]), [1.0, -1.0])
+
+
+@pytest.mark.parametrize("glu_op, act", [(clm.GluOp.GEGLU, gelu_loop),
+                                         (clm.GluOp.GEGLU_ERF, gelu_erf_loop),
+                                         (clm.GluOp.SWIGLU, lambda x: x / (1 + np.exp(-x)))])
+def test_geglu_fused_swapped_and_split(glu_op, act):
+    a = uniform(1, 2, 3, 10, lo=-6, hi=6).astype(np.float64)
+    np.testing.assert_allclose(ref.op_glu(a, None, False, glu_op), act(a[..., :5]) * a[..., 5:],
+                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(ref.op_glu(a, None, True, glu_op), act(a[..., 5:]) * a[..., :5],
+                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(ref.op_glu(a, a + 1, False, glu_op), act(a) * (a + 1),
+                               rtol=1e-13, atol=1e-13)
+
+
+def test_gelu_tanh_and_geglu_nodes_through_compute_node():
+    """The sub-op numbers of the C enums reach the right formula, and F16 nodes round once."""
+    with clm.Context() as ctx:
+        a = ctx.new_tensor(T.F32, (10, 3))
+        h = ctx.new_tensor(T.F16, (10, 3))
+        values = uniform(1, 1, 3, 10, lo=-5, hi=5)
+        half = values[..., :5], values[..., 5:]
+        for node, want in [(ctx.gelu(a), gelu_loop(values)), (ctx.gelu_erf(a), gelu_erf_loop(values)),
+                           (ctx.tanh(a), tanh_loop(values)),
+                           (ctx.geglu(a), gelu_loop(half[0]) * half[1]),
+                           (ctx.geglu(a, swapped=True), gelu_loop(half[1]) * half[0]),
+                           (ctx.geglu_erf(a), gelu_erf_loop(half[0]) * half[1]),
+                           (ctx.geglu_split(a, a), gelu_loop(values) * values),
+                           (ctx.geglu_erf_split(a, a), gelu_erf_loop(values) * values)]:
+            assert ref.supports(node), node.op_desc
+            np.testing.assert_allclose(ref.compute_node(node, [values] * len(node.sources)),
+                                       want.astype(np.float32), rtol=1e-6, err_msg=node.op_desc)
+        node = ctx.geglu_split(h, h)
+        hv = values.astype(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(ref.compute_node(node, [hv, hv]),
+                                      (gelu_loop(hv) * hv).astype(np.float16).astype(np.float32))
+
+
 def test_argmax_first_of_ties():
     a = np.array([[[[1.0, 3.0, 3.0, -1.0], [0.0, 0.0, 0.0, 0.0]]]], dtype=np.float32)
     assert ref.op_argmax(a).reshape(-1).tolist() == [1, 0]
@@ -301,6 +374,9 @@ def test_cpu_slot_supports_what_the_table_computes():
         a = ctx.new_tensor(T.F32, (8, 2))
         silu, swiglu = ctx.silu(a), ctx.swiglu(a)
         assert cpu.supports(silu) and cpu.supports(swiglu)
+        for node in (ctx.gelu(a), ctx.gelu_erf(a), ctx.tanh(a), ctx.geglu(a), ctx.geglu_erf(a),
+                     ctx.geglu_split(a, a), ctx.geglu_erf_split(a, a)):
+            assert cpu.supports(node), node.op_desc
         assert cpu.supports(ctx.reshape(a, (16,)))
         values = uniform(1, 1, 2, 8)
         np.testing.assert_allclose(ref.compute_node(silu, [values]), values / (1 + np.exp(-values)),

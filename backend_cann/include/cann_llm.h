@@ -83,13 +83,20 @@ typedef enum clm_op {
     CLM_OP_COUNT,
 } clm_op;
 
+/* Sub-ops of UNARY and GLU (op_params[0]). Our own numbers, not ggml's: the ggml plugin
+ * translates (backend_cann/ggml_plugin/tensor_map.cpp). */
 typedef enum clm_unary_op {
     CLM_UNARY_OP_SILU = 0,
+    CLM_UNARY_OP_GELU = 1,      /* ggml_gelu: the tanh approximation */
+    CLM_UNARY_OP_GELU_ERF = 2,  /* ggml_gelu_erf: the exact erf form */
+    CLM_UNARY_OP_TANH = 3,
     CLM_UNARY_OP_COUNT,
 } clm_unary_op;
 
 typedef enum clm_glu_op {
     CLM_GLU_OP_SWIGLU = 0,
+    CLM_GLU_OP_GEGLU = 1,      /* gelu (tanh approximation) of the gate times the linear part */
+    CLM_GLU_OP_GEGLU_ERF = 2,  /* gelu_erf of the gate times the linear part */
     CLM_GLU_OP_COUNT,
 } clm_glu_op;
 
@@ -250,6 +257,22 @@ clm_status clm_silu(clm_context *ctx, clm_tensor *a, clm_tensor **out);
 clm_status clm_swiglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
 /* swiglu split: silu(a) * b, same shapes. */
 clm_status clm_swiglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+/* unary gelu (ggml_gelu), the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+ * op_params[0] = CLM_UNARY_OP_GELU. */
+clm_status clm_gelu(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+/* unary gelu_erf (ggml_gelu_erf), exact: 0.5 x (1 + erf(x / sqrt(2))). op_params[0] =
+ * CLM_UNARY_OP_GELU_ERF. */
+clm_status clm_gelu_erf(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+/* unary tanh. op_params[0] = CLM_UNARY_OP_TANH. */
+clm_status clm_tanh(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+/* geglu fused: a [2n, ...] -> gelu(a[:n]) * a[n:] (swapped: gelu(a[n:]) * a[:n]), gelu the tanh
+ * approximation. op_params = {CLM_GLU_OP_GEGLU, swapped}. */
+clm_status clm_geglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
+/* geglu split: gelu(a) * b, same shapes. op_params = {CLM_GLU_OP_GEGLU, 0}. */
+clm_status clm_geglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+/* geglu_erf fused / split: as geglu with gelu_erf. op_params = {CLM_GLU_OP_GEGLU_ERF, swapped}. */
+clm_status clm_geglu_erf(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
+clm_status clm_geglu_erf_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 
 /* ---- graphs ------------------------------------------------------------------------------ */
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);

@@ -69,8 +69,9 @@ def measure(name, op, ttype, ne, index, a, b, threshold) -> Row:
 
 def _node_meta(rec: Record):
     """What opcheck.nmse_threshold reads of a node, from a record."""
-    op_name = rec.op if rec.op in be.Op.__members__ else {"SILU": "UNARY", "SWIGLU": "GLU"}.get(
-        rec.op, "NONE")
+    op_name = rec.op if rec.op in be.Op.__members__ else (
+        "UNARY" if rec.op in be.UnaryOp.__members__ else
+        "GLU" if rec.op in be.GluOp.__members__ else "NONE")
     return SimpleNamespace(op=be.Op[op_name], op_desc=rec.op, type=be.TensorType[rec.type],
                            src=[SimpleNamespace(type=be.TensorType[t]) for t in rec.src_types
                                 if t is not None])

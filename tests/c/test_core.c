@@ -34,6 +34,59 @@ static void test_tensors_and_views(void) {
     clm_context_free(ctx);
 }
 
+/* UNARY and GLU constructors: shape, type, sub-op and swapped in op_params, refusals */
+static void test_unary_and_glu_constructors(void) {
+    clm_context *ctx;
+    CHECK(clm_context_new(32, &ctx) == CLM_OK);
+    clm_tensor *a, *b, *c, *q, *odd, *out;
+    int64_t ne[3] = {10, 3, 2}, ne_c[3] = {10, 3, 1}, ne_odd[2] = {9, 2};
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F16, 3, ne, &a) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F16, 3, ne, &b) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F16, 3, ne_c, &c) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_Q8_0, 1, (int64_t[]){32}, &q) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 2, ne_odd, &odd) == CLM_OK);
+
+    clm_status (*unary[3])(clm_context *, clm_tensor *, clm_tensor **) = {clm_gelu, clm_gelu_erf, clm_tanh};
+    int32_t unary_op[3] = {CLM_UNARY_OP_GELU, CLM_UNARY_OP_GELU_ERF, CLM_UNARY_OP_TANH};
+    const char *unary_name[3] = {"GELU", "GELU_ERF", "TANH"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(unary[i](ctx, a, &out) == CLM_OK);
+        CHECK(out->op == CLM_OP_UNARY && out->op_params[0] == unary_op[i] && out->type == CLM_TYPE_F16);
+        CHECK(out->ne[0] == 10 && out->ne[1] == 3 && out->ne[2] == 2 && out->src[0] == a);
+        CHECK(strcmp(clm_op_desc(out), unary_name[i]) == 0);
+        CHECK(unary[i](ctx, odd, &out) == CLM_OK);                        /* any shape */
+        CHECK(unary[i](ctx, q, &out) == CLM_ERR_INVALID_ARG);             /* not a float type */
+    }
+
+    clm_status (*fused[2])(clm_context *, clm_tensor *, bool, clm_tensor **) = {clm_geglu, clm_geglu_erf};
+    clm_status (*split[2])(clm_context *, clm_tensor *, clm_tensor *, clm_tensor **) = {clm_geglu_split,
+                                                                                        clm_geglu_erf_split};
+    int32_t glu_op[2] = {CLM_GLU_OP_GEGLU, CLM_GLU_OP_GEGLU_ERF};
+    const char *glu_name[2] = {"GEGLU", "GEGLU_ERF"};
+    for (int i = 0; i < 2; i++) {
+        for (int swapped = 0; swapped < 2; swapped++) {
+            CHECK(fused[i](ctx, a, swapped, &out) == CLM_OK);
+            CHECK(out->op == CLM_OP_GLU && out->op_params[0] == glu_op[i] && out->op_params[1] == swapped);
+            CHECK(out->ne[0] == 5 && out->ne[1] == 3 && out->ne[2] == 2 && out->type == CLM_TYPE_F16);
+            CHECK(out->src[0] == a && out->src[1] == NULL && strcmp(clm_op_desc(out), glu_name[i]) == 0);
+        }
+        CHECK(fused[i](ctx, odd, false, &out) == CLM_ERR_INVALID_ARG);   /* ne0 odd */
+        CHECK(strstr(clm_last_error(), "odd") != NULL);
+        CHECK(split[i](ctx, a, b, &out) == CLM_OK);
+        CHECK(out->op == CLM_OP_GLU && out->op_params[0] == glu_op[i] && out->op_params[1] == 0);
+        CHECK(out->ne[0] == 10 && out->src[0] == a && out->src[1] == b);
+        CHECK(split[i](ctx, a, c, &out) == CLM_ERR_INVALID_ARG);        /* shapes differ */
+        CHECK(split[i](ctx, odd, odd, &out) == CLM_OK);                  /* split: any ne0 */
+        CHECK(split[i](ctx, a, NULL, &out) == CLM_ERR_INVALID_ARG);
+    }
+    /* the gate and the linear part of a split GLU have one type (ggml_glu_impl asserts it) */
+    clm_tensor *f32;
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 3, ne, &f32) == CLM_OK);
+    CHECK(clm_geglu_split(ctx, a, f32, &out) == CLM_ERR_INVALID_ARG);
+    CHECK(clm_swiglu_split(ctx, a, f32, &out) == CLM_ERR_INVALID_ARG);
+    clm_context_free(ctx);
+}
+
 static float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, mant = h & 1023;
     if (exp == 0) return (sign ? -1.0f : 1.0f) * ldexpf((float)mant, -24);
@@ -132,6 +185,7 @@ static void test_add_and_cpy_on_cann(void) {
 int main(void) {
     test_types();
     test_tensors_and_views();
+    test_unary_and_glu_constructors();
     test_add_and_cpy_on_cann();
     return CT_RESULT();
 }

@@ -127,25 +127,71 @@ clm_status clm_argmax(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
     return node(ctx, CLM_OP_ARGMAX, CLM_TYPE_I32, ne, &a, 1, NULL, 0, out);
 }
 
-clm_status clm_silu(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
-    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "silu: needs a float tensor");
-    int32_t params[1] = {CLM_UNARY_OP_SILU};
+/* UNARY: a float tensor -> the same shape and type, op_params[0] = the sub-op. */
+static clm_status unary(clm_context *ctx, clm_tensor *a, int32_t op, const char *what, clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "%s: needs a float tensor", what);
+    int32_t params[1] = {op};
     return node(ctx, CLM_OP_UNARY, a->type, a->ne, &a, 1, params, sizeof(params), out);
 }
 
-clm_status clm_swiglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out) {
-    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "swiglu: needs a float tensor");
-    CLM_CHECK_ARG(a->ne[0] % 2 == 0, "swiglu: ne0 %lld of '%s' is odd", (long long)a->ne[0], a->name);
+/* GLU fused: a [2n, ...] -> [n, ...], op_params = {sub-op, swapped}. */
+static clm_status glu(clm_context *ctx, clm_tensor *a, int32_t op, bool swapped, const char *what, clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "%s: needs a float tensor", what);
+    CLM_CHECK_ARG(a->ne[0] % 2 == 0, "%s: ne0 %lld of '%s' is odd", what, (long long)a->ne[0], a->name);
     int64_t ne[4] = {a->ne[0] / 2, a->ne[1], a->ne[2], a->ne[3]};
-    int32_t params[2] = {CLM_GLU_OP_SWIGLU, swapped ? 1 : 0};
+    int32_t params[2] = {op, swapped ? 1 : 0};
     return node(ctx, CLM_OP_GLU, a->type, ne, &a, 1, params, sizeof(params), out);
 }
 
-clm_status clm_swiglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out) {
-    CLM_CHECK_ARG(a != NULL && b != NULL && out != NULL && is_float(a->type), "swiglu: needs float tensors");
-    CLM_CHECK_ARG(clm_are_same_shape(a, b), "swiglu: '%s' " DIMS_FMT " and '%s' " DIMS_FMT " differ", a->name,
+/* GLU split: gate a and linear part b of one shape and type, op_params = {sub-op, 0}. */
+static clm_status glu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, int32_t op, const char *what,
+                            clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && b != NULL && out != NULL && is_float(a->type), "%s: needs float tensors", what);
+    CLM_CHECK_ARG(b->type == a->type, "%s: '%s' is %s and '%s' is %s", what, a->name, clm_type_name(a->type),
+                  b->name, clm_type_name(b->type));
+    CLM_CHECK_ARG(clm_are_same_shape(a, b), "%s: '%s' " DIMS_FMT " and '%s' " DIMS_FMT " differ", what, a->name,
                   DIMS(a), b->name, DIMS(b));
-    int32_t params[2] = {CLM_GLU_OP_SWIGLU, 0};
+    int32_t params[2] = {op, 0};
     clm_tensor *srcs[2] = {a, b};
     return node(ctx, CLM_OP_GLU, a->type, a->ne, srcs, 2, params, sizeof(params), out);
+}
+
+clm_status clm_silu(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
+    return unary(ctx, a, CLM_UNARY_OP_SILU, "silu", out);
+}
+
+clm_status clm_gelu(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
+    return unary(ctx, a, CLM_UNARY_OP_GELU, "gelu", out);
+}
+
+clm_status clm_gelu_erf(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
+    return unary(ctx, a, CLM_UNARY_OP_GELU_ERF, "gelu_erf", out);
+}
+
+clm_status clm_tanh(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
+    return unary(ctx, a, CLM_UNARY_OP_TANH, "tanh", out);
+}
+
+clm_status clm_swiglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out) {
+    return glu(ctx, a, CLM_GLU_OP_SWIGLU, swapped, "swiglu", out);
+}
+
+clm_status clm_swiglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out) {
+    return glu_split(ctx, a, b, CLM_GLU_OP_SWIGLU, "swiglu", out);
+}
+
+clm_status clm_geglu(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out) {
+    return glu(ctx, a, CLM_GLU_OP_GEGLU, swapped, "geglu", out);
+}
+
+clm_status clm_geglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out) {
+    return glu_split(ctx, a, b, CLM_GLU_OP_GEGLU, "geglu", out);
+}
+
+clm_status clm_geglu_erf(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out) {
+    return glu(ctx, a, CLM_GLU_OP_GEGLU_ERF, swapped, "geglu_erf", out);
+}
+
+clm_status clm_geglu_erf_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out) {
+    return glu_split(ctx, a, b, CLM_GLU_OP_GEGLU_ERF, "geglu_erf", out);
 }

@@ -89,10 +89,15 @@ static const char *const op_names[CLM_OP_COUNT] = {
 
 static const char *const unary_names[CLM_UNARY_OP_COUNT] = {
     [CLM_UNARY_OP_SILU] = "SILU",
+    [CLM_UNARY_OP_GELU] = "GELU",
+    [CLM_UNARY_OP_GELU_ERF] = "GELU_ERF",
+    [CLM_UNARY_OP_TANH] = "TANH",
 };
 
 static const char *const glu_names[CLM_GLU_OP_COUNT] = {
     [CLM_GLU_OP_SWIGLU] = "SWIGLU",
+    [CLM_GLU_OP_GEGLU] = "GEGLU",
+    [CLM_GLU_OP_GEGLU_ERF] = "GEGLU_ERF",
 };
 
 const char *clm_op_name(int32_t op) {
