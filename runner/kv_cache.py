@@ -122,15 +122,18 @@ class KVCache:
         self.pos[cells] = -1
         self.seq[cells] = 0
 
-    def mask(self, n_kv: int, pos, seq_ids) -> np.ndarray:
+    def mask(self, n_kv: int, pos, seq_ids, n_swa: int = 0) -> np.ndarray:
         """KQ mask F16 [n_kv, n_tokens] (numpy [n_tokens, n_kv]): 0 where token t may attend to
         cell j (same sequence, cell position <= the token's), -inf elsewhere (other sequences,
-        future positions, empty cells)."""
+        future positions, empty cells). n_swa > 0: the sliding window of local attention layers
+        also hides cells n_swa or more positions behind the token (llama.cpp's standard SWA)."""
         pos = np.asarray(pos, dtype=np.int64)
         bits = np.left_shift(np.uint64(1), np.asarray(seq_ids, dtype=np.uint64))
         cell_pos, cell_seq = self.pos[:n_kv], self.seq[:n_kv]
         visible = ((cell_seq[None, :] & bits[:, None]) != 0) & (cell_pos[None, :] >= 0) \
             & (cell_pos[None, :] <= pos[:, None])
+        if n_swa > 0:
+            visible &= pos[:, None] - cell_pos[None, :] < n_swa
         out = np.full(visible.shape, -np.inf, dtype=np.float16)
         out[visible] = 0
         return out

@@ -305,12 +305,16 @@ def _check_path(path: str) -> None:
 # ---- hyperparameters ---------------------------------------------------------------------------
 
 def _key(g: GGUFFile, key: str, kind, default=...):
-    """A metadata value of the expected kind (int / float / str); `default` when absent."""
+    """A metadata value of the expected kind (int / float / str / bool, or tuple: a scalar or an
+    array as a tuple); `default` when absent."""
     value = g.metadata.get(key, ...)
     if value is ...:
         if default is ...:
             raise GGUFError(f"{g.path}: missing key {key!r}")
         return default
+    if kind is tuple:
+        return tuple(v.item() if isinstance(v, np.generic) else v
+                     for v in np.atleast_1d(np.asarray(value)).tolist())
     if isinstance(value, np.ndarray) and kind is not str:
         if value.size == 0 or np.any(value != value.flat[0]):
             raise GGUFError(f"{g.path}: key {key!r} varies per layer ({value.tolist()}), which is "

@@ -348,6 +348,9 @@ class Model:
             values = {"inp_tokens": tokens, "inp_pos": pos.astype(np.int32),
                       "kq_mask": self.kv.mask(n_kv, pos, seq_ids), "kv_idxs": cells,
                       "inp_out_ids": out_ids}
+            if "kq_mask_swa" in fg.inputs:      # local attention layers (sliding window)
+                values["kq_mask_swa"] = self.kv.mask(n_kv, pos, seq_ids,
+                                                     n_swa=self.hparams.extra["n_swa"])
             result = plan.run(values, eval_callback)
         except BaseException:
             self.kv.release(cells)

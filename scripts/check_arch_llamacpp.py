@@ -49,6 +49,15 @@ ARCHS = {
                                    n_ff=512, n_layer=3)),
     "qwen2": ("qwen2", dict(n_embd=224, n_head=7, n_head_kv=1, n_ff=512, n_layer=3)),
     "qwen3": ("qwen2", dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=128, n_ff=512, n_layer=3)),
+    # Gemma 3 1B's shape features: GQA 4:1, head_dim 128 over n_embd 256, 7 layers (6 local
+    # with a 16-token window and rope base 10000, one global with 1e6, rope scaling 8 as the 4B+
+    # models have), and a logit soft-cap (Gemma 3 files have none; llama.cpp reads it if present)
+    "gemma3": ("llama-spm", dict(n_embd=256, n_head=4, n_head_kv=1, head_dim=128, n_ff=512,
+                                 n_layer=7, rope_freq_base=1e6,
+                                 kv={"gemma3.attention.sliding_window": 16,
+                                     "gemma3.rope.scaling.type": "linear",
+                                     "gemma3.rope.scaling.factor": 8.0,
+                                     "gemma3.final_logit_softcapping": 30.0})),
     # Phi-3 mini's head_dim 96, no GQA (Phi-3-medium and Phi-4-mini have it), separate output
     "phi3": ("phi-3", dict(n_embd=288, n_head=3, n_head_kv=3, n_ff=512, n_layer=3, tied=False)),
 }

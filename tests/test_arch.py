@@ -2,6 +2,7 @@
 (no architecture names in loader.py), and a new architecture that lives only in its declaration."""
 
 import ast
+import math
 import pathlib
 import re
 
@@ -20,7 +21,8 @@ RUNNER = pathlib.Path(loader.__file__).parent
 
 
 def test_registry_declarations():
-    assert arch.supported() == ("llama", "phi3", "qwen2", "qwen3") == loader.SUPPORTED_ARCHS
+    assert arch.supported() == ("gemma3", "llama", "phi3", "qwen2", "qwen3") == \
+        loader.SUPPORTED_ARCHS
     llama, qwen2, qwen3 = arch.get("llama"), arch.get("qwen2"), arch.get("qwen3")
     assert (llama.rope_type, llama.qkv_bias, llama.qk_norm) == (ROPE_NORMAL, None, False)
     assert (qwen2.rope_type, qwen2.qkv_bias, qwen2.qk_norm) == (ROPE_NEOX, True, False)
@@ -28,8 +30,8 @@ def test_registry_declarations():
     assert type(qwen2).__module__ == "cann_llm.arch.qwen2"
     assert llama.tensor("attn_q", "bias", 3) == "blk.3.attn_q.bias"
     assert qwen3.tensor("attn_k_norm", bid=2) == "blk.2.attn_k_norm.weight"
-    with pytest.raises(KeyError, match="unknown architecture 'gptneox'; supported: llama, phi3, "
-                                       "qwen2, qwen3"):
+    with pytest.raises(KeyError, match="unknown architecture 'gptneox'; supported: gemma3, llama, "
+                                       "phi3, qwen2, qwen3"):
         arch.get("gptneox")
 
 
@@ -158,6 +160,84 @@ def test_fused_qkv_file_refuses_a_wrong_shape(tmp_path):
                             shapes={"blk.0.attn_qkv.weight": (64, 64)})
     with pytest.raises(loader.GGUFError, match="blk.0.attn_qkv.weight"):
         loader.open_gguf(path)
+
+
+def _tiny_gemma3(path, **kv):
+    """Gemma 3's features at a tiny size: GQA 2:1, head_dim 32 over n_embd 64, three layers with
+    a period-3 window pattern (0 and 1 local, 2 global), a 4-token window."""
+    keys = {"gemma3.attention.sliding_window": 4, "gemma3.attention.sliding_window_pattern": 3,
+            "gemma3.rope.freq_base_swa": 10000.0, **kv}
+    return write_tiny_model(path, arch="gemma3", n_embd=64, n_head=4, n_head_kv=2, head_dim=32,
+                            n_ff=128, n_layer=3, rope_freq_base=1e6, kv=keys, weight_scale=0.1)
+
+
+def test_gemma3_declaration(tmp_path):
+    g = loader.open_gguf(_tiny_gemma3(tmp_path / "g.gguf"))
+    hp, decl = g.hparams, arch.get("gemma3")
+    assert hp.extra == {"n_swa": 4, "swa_pattern": (3,), "rope_freq_base_swa": 10000.0,
+                        "logit_softcap": 0.0}
+    assert [decl.is_swa(hp, il) for il in range(3)] == [True, True, False]
+    assert decl.layer_rope(hp, 0) == {"freq_base": 10000.0, "freq_scale": 1.0}
+    assert decl.layer_rope(hp, 2) == {} and decl.logit_softcap(hp) is None
+    assert decl.embed_scale(hp) == 8.0 and decl.attn_scale(hp) == 1 / math.sqrt(32)
+    assert loader.expected_tensors(hp)["blk.2.post_ffw_norm.weight"] == (64,)
+    g.close()
+    # a per-layer pattern (an array of flags), and no window at all: every layer global
+    g = loader.open_gguf(_tiny_gemma3(tmp_path / "g2.gguf", **{
+        "gemma3.attention.sliding_window_pattern": np.array([0, 1, 0], dtype=np.int32)}))
+    assert [decl.is_swa(g.hparams, il) for il in range(3)] == [False, True, False]
+    g.close()
+    g = loader.open_gguf(_tiny_gemma3(tmp_path / "g3.gguf", **{
+        "gemma3.attention.sliding_window": None}))
+    assert not any(decl.is_swa(g.hparams, il) for il in range(3))
+    g.close()
+
+
+def test_gemma3_graph(tmp_path):
+    """Embeddings scaled by sqrt(n_embd), local layers attend under kq_mask_swa and global ones
+    under kq_mask, GEGLU with tanh-GELU, post norms before each residual add, and the logit
+    soft-cap: checked in numpy from the nodes' values; device logits equal the CPU reference's."""
+    path = _tiny_gemma3(tmp_path / "g.gguf", **{"gemma3.final_logit_softcapping": 3.0})
+    ids = [1, 5, 9, 200, 17, 40, 41, 3, 8]
+    seen = {}
+
+    def cb(name, op, ttype, ne, data, info):
+        seen.setdefault((name, op), (info.src_names, info.sources(), data.copy()))
+        return True
+
+    with Model(path, n_ctx=64) as dev, Model(path, device="CPU", n_ctx=64) as cpu:
+        np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
+        logits = dev.logits(ids, eval_callback=cb)
+    (embd,), scaled = seen[("inp_scaled", "SCALE")][1:]
+    np.testing.assert_allclose(scaled, embd.reshape(scaled.shape) * 8.0, rtol=1e-6)
+    assert seen[("__fattn__-0", "FLASH_ATTN_EXT")][0][3] == "kq_mask_swa"
+    assert seen[("__fattn__-2", "FLASH_ATTN_EXT")][0][3] == "kq_mask"
+    (gate, up), geglu = seen[("ffn_geglu-0", "GEGLU")][1:]
+    g64 = gate.reshape(geglu.shape).astype(np.float64)
+    gelu = 0.5 * g64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (g64 + 0.044715 * g64 ** 3)))
+    np.testing.assert_allclose(geglu, gelu * up.reshape(geglu.shape), rtol=2e-3, atol=1e-5)
+    srcs = seen[("ffn_inp-1", "ADD")][0]
+    assert srcs[0] == "attn_post_norm-1"
+    assert seen[("l_out-1", "ADD")][0][0] == "ffn_post_norm-1"
+    raw = seen[("result_output", "MUL_MAT")][2].astype(np.float64).reshape(logits.shape)
+    np.testing.assert_allclose(logits, 3.0 * np.tanh(raw / 3.0), rtol=1e-4, atol=1e-5)
+    assert np.abs(logits).max() < 3.0
+
+
+def test_gemma3_sliding_window_hides_far_tokens(tmp_path):
+    """With every layer local (a per-layer pattern of all ones), a window of 3 (a token sees
+    itself and the 2 before it) and 3 layers, the logits at position t depend on positions
+    t-6..t only: two sequences that differ at position 0 differ up to position 6 and give the
+    same logits from position 7 on (a window off by one moves that boundary)."""
+    path = _tiny_gemma3(tmp_path / "g.gguf", **{
+        "gemma3.attention.sliding_window": 3,
+        "gemma3.attention.sliding_window_pattern": np.array([1, 1, 1], dtype=np.int32)})
+    a = [7, 5, 9, 200, 17, 40, 41, 3, 8, 60]
+    b = [250] + a[1:]
+    with Model(path, n_ctx=64) as m:
+        la, lb = m.logits(a), m.logits(b)
+    assert not np.allclose(la[:2], lb[:2]) and not np.allclose(la[6], lb[6])
+    np.testing.assert_array_equal(la[7:], lb[7:])
 
 
 class Toy(Llama):

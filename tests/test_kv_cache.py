@@ -32,6 +32,18 @@ def test_mask_causal_and_sequences(kv):
     assert (m[0, :2] == 0).all() and np.isinf(m[0, 2])
 
 
+def test_mask_sliding_window(kv):
+    """n_swa: a token sees the cells less than n_swa positions behind it (llama.cpp's standard
+    window), on top of the causal and sequence rules."""
+    kv.commit(kv.find_slots(7), [0, 1, 2, 3, 4, 5, 0], [0, 0, 0, 0, 0, 0, 1])
+    m = kv.mask(kv.n_kv(), [5, 2, 0], [0, 0, 1], n_swa=3)
+    assert (m[0, 3:6] == 0).all() and np.isinf(m[0, :3]).all() and np.isinf(m[0, 6:]).all()
+    assert (m[1, :3] == 0).all() and np.isinf(m[1, 3:]).all()
+    assert m[2, 6] == 0 and np.isinf(np.delete(m[2], 6)).all()
+    np.testing.assert_array_equal(kv.mask(kv.n_kv(), [5], [0], n_swa=0),
+                                  kv.mask(kv.n_kv(), [5], [0]))
+
+
 def test_seq_ops(kv):
     kv.commit(kv.find_slots(4), [0, 1, 2, 3], [0] * 4)
     kv.seq_cp(0, 1, 0, 2)                       # a shared prefix

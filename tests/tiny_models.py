@@ -114,7 +114,7 @@ def _encode(data: np.ndarray, qtype: int, rng) -> tuple[np.ndarray, QT | None]:
 
 def tiny_tensors(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_head: int,
                  n_head_kv: int, n_ff: int, head_dim: int, tied: bool) -> dict[str, tuple]:
-    """name -> ne (ggml order) of a llama/qwen2/qwen3/phi3 model."""
+    """name -> ne (ggml order) of a llama/qwen2/qwen3/phi3/gemma3 model."""
     q, kv = n_head * head_dim, n_head_kv * head_dim
     out = {"token_embd.weight": (n_embd, n_vocab), "output_norm.weight": (n_embd,)}
     if arch == "phi3":      # fused QKV and gate/up projections
@@ -137,8 +137,11 @@ def tiny_tensors(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_head: int
                     b + "ffn_down.weight": (n_ff, n_embd)})
         if arch == "qwen2":
             out.update({b + "attn_q.bias": (q,), b + "attn_k.bias": (kv,), b + "attn_v.bias": (kv,)})
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             out.update({b + "attn_q_norm.weight": (head_dim,), b + "attn_k_norm.weight": (head_dim,)})
+        if arch == "gemma3":
+            out.update({b + "post_attention_norm.weight": (n_embd,),
+                        b + "post_ffw_norm.weight": (n_embd,)})
     return out
 
 
@@ -150,7 +153,7 @@ def write_tiny_model(path, arch: str = "llama", vocab: str | None = None, n_embd
                      shapes: dict | None = None, drop=(), kv: dict | None = None,
                      chat_template: str | None = None, n_vocab: int = 300,
                      head_dim: int | None = None, weight_scale: float = 0.02) -> pathlib.Path:
-    """Write a random-weight llama/qwen2/qwen3/phi3 GGUF at `path` and return the path (see module
+    """Write a random-weight llama/qwen2/qwen3/phi3/gemma3 GGUF at `path` and return the path (see module
     doc). head_dim other than n_embd / n_head is written as attention.key_length (Qwen3-style);
     weight_scale is the standard deviation of the matrices (larger: more peaked logits)."""
     path = pathlib.Path(path)

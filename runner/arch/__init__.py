@@ -8,12 +8,13 @@ model reach them only through get(). Adding one: docs/adding-a-model.md.
 from __future__ import annotations
 
 from .base import ROPE_NEOX, ROPE_NORMAL, Arch, Key
+from .gemma3 import Gemma3
 from .llama import ForwardGraph, Llama
 from .phi3 import Phi3
 from .qwen2 import Qwen2
 from .qwen3 import Qwen3
 
-ARCHS: dict[str, Arch] = {a.name: a for a in (Llama(), Phi3(), Qwen2(), Qwen3())}
+ARCHS: dict[str, Arch] = {a.name: a for a in (Gemma3(), Llama(), Phi3(), Qwen2(), Qwen3())}
 
 
 def supported() -> tuple[str, ...]:

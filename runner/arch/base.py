@@ -7,6 +7,7 @@ order) and its graph builder. arch/__init__.py registers it under its `general.a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # ggml's ROPE modes, here so that declarations load without the native libraries;
@@ -17,7 +18,8 @@ ROPE_NORMAL, ROPE_NEOX = 0, 2
 @dataclass(frozen=True)
 class Key:
     """An extra hyperparameter: HParams.extra[name] = the GGUF key `{arch}.{key}` as `kind`
-    (int, float, str or bool); `default` ... means the key is required."""
+    (int, float, str, bool, or tuple: a scalar or array key as a tuple); `default` ... means
+    the key is required."""
     name: str
     key: str
     kind: type
@@ -40,13 +42,39 @@ class Arch:
         "ffn_down": "blk.{bid}.ffn_down",
         "attn_q_norm": "blk.{bid}.attn_q_norm", "attn_k_norm": "blk.{bid}.attn_k_norm",
         "attn_qkv": "blk.{bid}.attn_qkv",
+        "attn_post_norm": "blk.{bid}.post_attention_norm", "ffn_post_norm": "blk.{bid}.post_ffw_norm",
     }
     extra_keys: tuple = ()          # Key, ...: read into HParams.extra
     rope_type: int = ROPE_NORMAL
     qkv_bias: bool | None = None    # True: required, False: none, None: used when the file has it
     qk_norm: bool = False           # RMS norm of each Q and K head (attn_{q,k}_norm) before RoPE
     fused_gate_up: bool = False     # ffn_up holds gate and up ([n_embd, 2 n_ff]), no ffn_gate
-    scale_q: bool = False           # Q scaled by 1/sqrt(head_dim) before attention (scale 1 there)
+    scale_q: bool = False           # Q scaled by attn_scale(hp) before attention (scale 1 there)
+    post_norms: bool = False        # RMS norms of the attention and FFN outputs before each
+                                    # residual add (attn_post_norm / ffn_post_norm)
+    ffn_act: str = "silu"           # the gated FFN's activation: "silu" (SwiGLU), "gelu" (GEGLU,
+                                    # tanh approximation)
+
+    # ---- per-model and per-layer hooks of the llama-style graph (arch/llama.py) ----------------
+    def embed_scale(self, hp) -> float | None:
+        """A factor on the token embeddings (gemma3: sqrt(n_embd)), or None."""
+        return None
+
+    def attn_scale(self, hp) -> float:
+        """The scale of Q.K^T."""
+        return 1.0 / math.sqrt(hp.head_dim)
+
+    def is_swa(self, hp, il: int) -> bool:
+        """Layer il attends through the sliding-window mask (kq_mask_swa, hp.extra["n_swa"])."""
+        return False
+
+    def layer_rope(self, hp, il: int) -> dict:
+        """ROPE keywords layer il overrides (gemma3's local layers: their own freq_base)."""
+        return {}
+
+    def logit_softcap(self, hp) -> float | None:
+        """cap * tanh(logits / cap) on the output (gemma2/3 when the GGUF has a cap), or None."""
+        return None
 
     def tensor(self, role: str, suffix: str = "weight", bid: int | None = None) -> str:
         """The GGUF name of a tensor: tensor("attn_q", "bias", 3) -> "blk.3.attn_q.bias"."""
@@ -91,6 +119,9 @@ class Arch:
             if self.qk_norm:
                 out.update({t("attn_q_norm", bid=i): (hp.head_dim,),
                             t("attn_k_norm", bid=i): (hp.head_dim,)})
+            if self.post_norms:
+                out.update({t("attn_post_norm", bid=i): (hp.n_embd,),
+                            t("ffn_post_norm", bid=i): (hp.n_embd,)})
         return out
 
     def optional_tensors(self, hp) -> dict:

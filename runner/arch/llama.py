@@ -11,7 +11,6 @@ projection). Shapes are ggml order: [n_embd, n_tokens] is n_tokens rows of n_emb
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,6 +58,9 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
     inp_tokens = _input(ctx, TensorType.I32, [n_tokens], "inp_tokens")
     inp_pos = _input(ctx, TensorType.I32, [n_tokens], "inp_pos")
     kq_mask = _input(ctx, TensorType.F16, [n_kv, n_tokens], "kq_mask")
+    # the sliding-window mask, for architectures with local layers (KVCache.mask with n_swa)
+    kq_mask_swa = _input(ctx, TensorType.F16, [n_kv, n_tokens], "kq_mask_swa") \
+        if any(arch.is_swa(hp, il) for il in range(n_layer)) else None
     kv_idxs = _input(ctx, TensorType.I64, [n_tokens], "kv_idxs")
     out_ids = _input(ctx, TensorType.I32, [n_outputs], "inp_out_ids")
     freq_factors = w.get(tn("rope_freqs"))
@@ -68,12 +70,17 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
         ext, attn, fast, slow, n_orig = hp.rope_yarn
         rope_kw.update(ext_factor=ext, attn_factor=attn, beta_fast=fast, beta_slow=slow,
                        n_ctx_orig=n_orig)
-    kq_scale = 1.0 / math.sqrt(head_dim)
+    kq_scale = arch.attn_scale(hp)
 
     graph = ctx.new_graph(max_nodes=64 * n_layer + 64)
     inpL = name(ctx.get_rows(w[tn("token_embd")], inp_tokens), "inp_embd")
+    embed_scale = arch.embed_scale(hp)
+    if embed_scale is not None:
+        inpL = name(ctx.scale(inpL, embed_scale), "inp_scaled")
     for il in range(n_layer):
         inpSA = inpL
+        mask = kq_mask_swa if arch.is_swa(hp, il) else kq_mask
+        layer_rope = {**rope_kw, **arch.layer_rope(hp, il)}
         cur = ctx.rms_norm(inpL, hp.rms_eps)
         name(cur, "norm", il)
         cur = name(ctx.mul(cur, w[tn("attn_norm", bid=il)]), "attn_norm", il)
@@ -112,10 +119,10 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                      "Qcur_normed", il)
             k = name(ctx.mul(ctx.rms_norm(k, hp.rms_eps), w[tn("attn_k_norm", bid=il)]),
                      "Kcur_normed", il)
-        q = name(ctx.rope_ext(q, inp_pos, freq_factors, **rope_kw), "Qcur", il)
-        k = name(ctx.rope_ext(k, inp_pos, freq_factors, **rope_kw), "Kcur", il)
+        q = name(ctx.rope_ext(q, inp_pos, freq_factors, **layer_rope), "Qcur", il)
+        k = name(ctx.rope_ext(k, inp_pos, freq_factors, **layer_rope), "Kcur", il)
         attn_scale = kq_scale
-        if arch.scale_q:    # phi3: Q scaled as a node of its own, attention at scale 1
+        if arch.scale_q:    # phi3, gemma3: Q scaled as a node of its own, attention at scale 1
             q = name(ctx.scale(q, kq_scale), "Qcur", il)
             attn_scale = 1.0
 
@@ -138,12 +145,12 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
         qp = ctx.permute(q, 0, 2, 1, 3)                # [head_dim, n_tokens, n_head]
         if flash_attn:
             # the KV cache's mask holds 0 and -inf only (kv_cache.KVCache.mask)
-            fa = name(ctx.flash_attn_ext(qp, kview, vview, kq_mask, attn_scale, mask_binary=True),
+            fa = name(ctx.flash_attn_ext(qp, kview, vview, mask, attn_scale, mask_binary=True),
                       "__fattn__", il)
             cur = ctx.reshape(fa, [head_dim * n_head, n_tokens])
         else:
             kq = name(ctx.mul_mat(kview, qp), "kq", il)             # [n_kv, n_tokens, n_head]
-            kq = name(ctx.soft_max_ext(kq, kq_mask, attn_scale), "kq_soft_max", il)
+            kq = name(ctx.soft_max_ext(kq, mask, attn_scale), "kq_soft_max", il)
             vt = ctx.cont(ctx.permute(vview, 1, 0, 2, 3))           # [n_kv, head_dim, n_head_kv]
             name(vt, "v_t", il)
             kqv = name(ctx.mul_mat(vt, kq), "kqv", il)              # [head_dim, n_tokens, n_head]
@@ -159,6 +166,9 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
             # only the rows whose logits are wanted go on (llama.cpp's inp_out_ids)
             cur = name(ctx.get_rows(cur, out_ids), "attn_out_rows", il)
             inpSA = name(ctx.get_rows(inpSA, out_ids), "inp_sa_rows", il)
+        if arch.post_norms:
+            cur = name(ctx.rms_norm(cur, hp.rms_eps), "norm", il)
+            cur = name(ctx.mul(cur, w[tn("attn_post_norm", bid=il)]), "attn_post_norm", il)
         ffn_inp = name(ctx.add(cur, inpSA), "ffn_inp", il)
 
         cur = name(ctx.rms_norm(ffn_inp, hp.rms_eps), "norm", il)
@@ -169,20 +179,32 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
         else:
             gate = name(ctx.mul_mat(w[tn("ffn_gate", bid=il)], cur), "ffn_gate", il)
             up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)
-            cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
+            if arch.ffn_act == "gelu":
+                cur = name(ctx.geglu_split(gate, up), "ffn_geglu", il)
+            else:
+                cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
         cur = name(ctx.mul_mat(w[tn("ffn_down", bid=il)], cur), "ffn_out", il)
+        if arch.post_norms:
+            cur = name(ctx.rms_norm(cur, hp.rms_eps), "norm", il)
+            cur = name(ctx.mul(cur, w[tn("ffn_post_norm", bid=il)]), "ffn_post_norm", il)
         inpL = name(ctx.add(cur, ffn_inp), "l_out", il)
 
     cur = name(ctx.rms_norm(inpL, hp.rms_eps), "norm")
     cur = name(ctx.mul(cur, w[tn("output_norm")]), "result_norm")
     inputs = {"inp_tokens": inp_tokens, "inp_pos": inp_pos, "kq_mask": kq_mask,
               "kv_idxs": kv_idxs, "inp_out_ids": out_ids}
+    if kq_mask_swa is not None:
+        inputs["kq_mask_swa"] = kq_mask_swa
     if embeddings:
         cur.mark_output()
         graph.build_forward(cur)
         return ForwardGraph(ctx, graph, inputs, None, n_tokens, n_kv, n_outputs, embd=cur)
     out_w = w.get(tn("output")) or w[tn("token_embd")]
     logits = name(ctx.mul_mat(out_w, cur), "result_output")
+    cap = arch.logit_softcap(hp)
+    if cap:
+        logits = ctx.scale(ctx.tanh(ctx.scale(logits, 1.0 / cap)), cap)
+        name(logits, "result_output")
     logits.mark_output()
     graph.build_forward(logits)
     return ForwardGraph(ctx, graph, inputs, logits, n_tokens, n_kv, n_outputs)
