@@ -6,6 +6,9 @@ Two vocabulary kinds (tokenizer.ggml.model):
   (cann_llm.pretokenize), each piece's UTF-8 bytes are mapped to printable characters (GPT-2's
   bytes_to_unicode) and merged pairwise by rank (tokenizer.ggml.merges), lowest rank first and
   leftmost first among equal ranks.
+- "gemma4": BPE as above on characters rather than bytes, spaces written as "▁" first, the text
+  split only at runs of newlines; what no merge covers becomes <0xXX> byte tokens (llama.cpp's
+  pre-tokenizer "gemma4", which this model always uses).
 - "llama": SentencePiece-style. Spaces become "▁" (and a "▁" is prepended at the start of the text
   and after each special token when add_space_prefix is set), characters are merged pairwise into
   the highest-scoring vocabulary entry (tokenizer.ggml.scores), leftmost first among equal
@@ -16,7 +19,8 @@ tokens, longest token text first (llama.cpp's tokenizer_st_partition). With spec
 user-defined tokens are split out, as in llama.cpp.
 
 Detokenization follows llama.cpp's token_to_piece and detokenize: byte-level decoding for BPE,
-"▁" -> " " and byte tokens for SPM, control and unknown tokens rendered only with special=True.
+"▁" -> " " and byte tokens for SPM and gemma4, control and unknown tokens rendered only with
+special=True.
 IncrementalDetokenizer turns a stream of ids into text without ever emitting a broken UTF-8
 sequence.
 """
@@ -69,18 +73,31 @@ _UNUSED = int(TokenAttr.UNUSED)
 _LSTRIP = int(TokenAttr.LSTRIP)
 _RSTRIP = int(TokenAttr.RSTRIP)
 
-# Texts llama.cpp recognizes as end-of-turn/fill-in-the-middle/end-of-generation tokens; a token with
-# one of these texts is made a control token if its type says otherwise (llama_vocab::load).
+# Tokens llama.cpp finds by text when the GGUF names none (llama_vocab::load): per kind, the keys
+# that name it (a later key wins) and the texts; the token found is made a control token. When
+# several texts of one kind are in a vocabulary llama.cpp takes whichever its hash map yields
+# first; this takes the first listed.
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
               "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
               "<end_of_utterance>")
-_FIM_TEXTS = ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-              "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-              "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>",
-              "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-              "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-              "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
-              "<|file_sep|>", "<|eom_id|>")
+_FOUND_BY_TEXT = (
+    ("eot", ("eot_token_id",), _EOT_TEXTS),
+    ("eom", ("eom_token_id",), ("<|eom_id|>",)),
+    ("fim_pre", ("fim_pre_token_id", "prefix_token_id"),
+     ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+      "<|code_prefix|>", "<|prefix|>")),
+    ("fim_suf", ("fim_suf_token_id", "suffix_token_id"),
+     ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+      "<|code_suffix|>", "<|suffix|>")),
+    ("fim_mid", ("fim_mid_token_id", "middle_token_id"),
+     ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+      "<|code_middle|>", "<|middle|>")),
+    ("fim_pad", ("fim_pad_token_id",), ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]")),
+    ("fim_rep", ("fim_rep_token_id",),
+     ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>")),
+    ("fim_sep", ("fim_sep_token_id",), ("<|file_sep|>",)),
+)
+# end-of-generation texts; these are made control tokens too
 _EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
               "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
               "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
@@ -89,6 +106,7 @@ _ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 _C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale
 _WORD_CACHE_MAX = 1 << 16
+_WORD_CACHE_LEN = 64  # longer pre-tokenized words (gemma4 splits at newlines only) are not cached
 
 
 class Tokenizer:
@@ -108,9 +126,10 @@ class Tokenizer:
             self.kind = "spm"
             bos, eos, unk = 1, 2, 0
             add_space_prefix, clean_spaces, add_bos = True, False, True
-        elif model == "gpt2":
+        elif model in ("gpt2", "gemma4"):
             self.kind = "bpe"
-            self.pre = pre_tokenizer(metadata.get("tokenizer.ggml.pre"))
+            self.pre = pre_tokenizer("gemma4" if model == "gemma4"
+                                     else metadata.get("tokenizer.ggml.pre"))
             merges = metadata.get("tokenizer.ggml.merges")
             if merges is None:
                 raise TokenizerError(f"{name}: BPE vocabulary without tokenizer.ggml.merges")
@@ -120,11 +139,11 @@ class Tokenizer:
                 pair = (m[:pos], m[pos + 1:]) if pos >= 0 else ("", "")
                 ranks.setdefault(pair, i)
             self._ranks = ranks
-            bos, eos, unk = 11, 11, None
+            bos, eos, unk = (11, 11, None) if model == "gpt2" else (None, None, None)
             add_space_prefix, clean_spaces, add_bos = False, self.pre.clean_spaces, self.pre.add_bos
         else:
             raise TokenizerError(f"{name}: unsupported tokenizer.ggml.model {model!r} "
-                                 "(supported: 'gpt2' BPE, 'llama' SentencePiece)")
+                                 "(supported: 'gpt2' and 'gemma4' BPE, 'llama' SentencePiece)")
         add_eos = False
         add_space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", add_space_prefix))
 
@@ -161,10 +180,18 @@ class Tokenizer:
         self.eos_id = special_id("tokenizer.ggml.eos_token_id", eos)
         self.unk_id = special_id("tokenizer.ggml.unknown_token_id", unk)
         self.pad_id = special_id("tokenizer.ggml.padding_token_id", None)
-        self.eot_id = special_id("tokenizer.ggml.eot_token_id", None)
-        self.eom_id = special_id("tokenizer.ggml.eom_token_id", None)
+        # eot, eom, fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep: from the GGUF, else found
+        # by text in _fix_attributes
+        self.special_ids = {}
+        for kind, keys, _ in _FOUND_BY_TEXT:
+            tid = None
+            for k in keys:
+                tid = special_id(f"tokenizer.ggml.{k}", tid)
+            self.special_ids[kind] = tid
         self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", add_bos))
         self.add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", add_eos))
+        if self.pre is not None and self.pre.force_bos:
+            self.add_bos = True
         if self.add_bos and self.bos_id is None:
             raise TokenizerError(f"{name}: add_bos_token is true but there is no BOS token")
         if self.add_eos and self.eos_id is None:
@@ -175,6 +202,8 @@ class Tokenizer:
         self.model_name = metadata.get("general.name") or name
 
         self._fix_attributes()
+        self.eot_id = self.special_ids["eot"]
+        self.eom_id = self.special_ids["eom"]
         # special-token cache: control, user-defined and unknown tokens, longest text first
         special = [i for i in range(n) if attrs[i] & (_CONTROL | _USER | _UNKNOWN)]
         special.sort(key=lambda i: -len(texts[i].encode("utf-8", _SE)))
@@ -194,28 +223,37 @@ class Tokenizer:
     # -- load-time fix-ups (llama_vocab::load) -------------------------------------------------
 
     def _fix_attributes(self):
-        attrs, t2i = self.attrs, self.token_to_id
-        for text in (*_EOT_TEXTS, *_FIM_TEXTS, *_EOG_TEXTS):
-            i = t2i.get(text)
-            if i is not None:
-                attrs[i] |= _CONTROL
+        attrs, t2i, ids = self.attrs, self.token_to_id, self.special_ids
+        for kind, _, texts in _FOUND_BY_TEXT:
+            if ids[kind] is None:
+                i = next((t2i[t] for t in texts if t in t2i), None)
+                if i is not None:
+                    ids[kind] = i
+                    attrs[i] |= _CONTROL
         for i, text in enumerate(self.tokens):
             if attrs[i] & _CONTROL and "unused" in text:
                 attrs[i] |= _UNUSED
+        eog = {ids[k] for k in ("fim_pad", "fim_rep", "fim_sep") if ids[k] is not None}
+        for t in _EOG_TEXTS:
+            i = t2i.get(t)
+            if i is not None:
+                eog.add(i)
+                attrs[i] |= _CONTROL
         for text in _ALWAYS_RENDERED:
             i = t2i.get(text)
             if i is not None:
                 attrs[i] = _USER
-        if self.eot_id is None:
-            for text in _EOT_TEXTS:
-                if text in t2i:
-                    self.eot_id = t2i[text]
-                    break
-        eog = {t2i[t] for t in _EOG_TEXTS if t in t2i}
-        eog.update(i for i in (self.eos_id, self.eot_id, self.eom_id) if i is not None)
-        for t in ("<|fim_pad|>", "<|fim_repo|>", "<|file_sep|>"):
-            if t in t2i:
-                eog.add(t2i[t])
+        eog.update(i for i in (self.eos_id, ids["eot"], ids["eom"]) if i is not None)
+        texts = {self.tokens[i]: i for i in eog}
+        # gpt-oss (harmony) and solar-open end a message with <|end|> but not the generation
+        if "<|end|>" in texts and ("<|call|>" in texts or "<|calls|>" in texts) and (
+                "<|return|>" in texts or "<|flush|>" in texts):
+            eog.discard(texts["<|end|>"])
+            attrs[texts["<|end|>"]] = _USER
+        # gemma4 and plamo2 have an ordinary "</s>"
+        if "</s>" in texts and ("<|tool_response>" in texts or "<|plamo:eos|>" in texts):
+            eog.discard(texts["</s>"])
+            attrs[texts["</s>"]] = _NORMAL
         self.eog_ids = frozenset(eog)
         name = str(self.model_name).lower()
         if "phi-3" in name or "phi3" in name:
@@ -255,11 +293,12 @@ class Tokenizer:
         else:
             if add_special and self.add_bos:
                 out.append(self.bos_id)
+            escape = self.pre.escape_spaces
             for f in frags:
                 if isinstance(f, int):
                     out.append(f)
                 else:
-                    self._bpe(f, out)
+                    self._bpe(f.replace(" ", "▁") if escape else f, out)
         if add_special and self.add_eos:
             out.append(self.eos_id)
         return out
@@ -299,23 +338,27 @@ class Tokenizer:
             frags = new
         return frags
 
-    # byte-level BPE
+    # BPE (byte-level, or on characters for gemma4)
     def _bpe(self, text: str, out: list):
         cache = self._word_cache
-        enc = self._byte_enc
+        enc = self._byte_enc if self.pre.byte_encode else None
         for piece in self.pre.split(text):
-            word = "".join(enc[b] for b in piece.encode("utf-8", _SE))
+            word = "".join(enc[b] for b in piece.encode("utf-8", _SE)) if enc else piece
             ids = cache.get(word)
             if ids is None:
                 ids = self._bpe_word(word)
-                if len(cache) >= _WORD_CACHE_MAX:
-                    cache.clear()
-                cache[word] = ids
+                if len(word) <= _WORD_CACHE_LEN:
+                    if len(cache) >= _WORD_CACHE_MAX:
+                        cache.clear()
+                    cache[word] = ids
             out.extend(ids)
 
     def _bpe_word(self, word: str) -> tuple:
         t2i = self.token_to_id
-        if self.pre.ignore_merges and word in t2i:
+        pre = self.pre
+        if pre.ignore_merges and word in t2i:
+            return (t2i[word],)
+        if pre.newline_tokens and word in t2i and not word.strip("\n"):
             return (t2i[word],)
         syms = self._merge(word, self._bpe_pair)
         ids = []
@@ -324,8 +367,12 @@ class Tokenizer:
             if t is not None:
                 ids.append(t)
                 continue
+            # a byte no token covers is dropped, as in llama.cpp
             for b in s.encode("utf-8", _SE):
-                t = t2i.get(bytes([b]).decode("utf-8", _SE))
+                if pre.byte_encode:
+                    t = t2i.get(bytes([b]).decode("utf-8", _SE))
+                else:
+                    t = t2i.get(f"<0x{b:02X}>")
                 if t is not None:
                     ids.append(t)
         return tuple(ids)
@@ -418,7 +465,7 @@ class Tokenizer:
         if attr & (_CONTROL | _UNKNOWN | _USER):
             return text.encode("utf-8", _SE)
         if attr & _NORMAL:
-            if self.kind == "spm":
+            if self.kind == "spm" or self.pre.escape_spaces:
                 return text.replace("▁", " ").encode("utf-8", _SE)
             dec = self._byte_dec
             out = bytearray()

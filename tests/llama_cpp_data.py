@@ -3,7 +3,7 @@
 The vocabulary-only GGUFs and their .inp/.out vectors (llama.cpp's models/ folder, MIT licence)
 come from the llama-cpp-python 0.3.36 source distribution on PyPI (vendor/llama.cpp/models/).
 The first use downloads the sdist from the package index's simple API (PIP_INDEX_URL, else
-PyPI; about 77 MB, checked against the index's sha256), keeps the 12 files under
+PyPI; about 77 MB, checked against the index's sha256), keeps the 42 files (14 vocabularies) under
 $XDG_CACHE_HOME/cann-llm/test-data/ and checks them against tests/data/llama_cpp_vocab.sha256;
 later runs only re-hash the cache.
 """

@@ -1,7 +1,7 @@
 """Tokenizer: token-exact with llama.cpp on its vocabulary test vectors and on the golden file.
 
-Vectors: llama.cpp's ggml-vocab-<name>.gguf.inp/.out (fetched by llama_cpp_data.py; tokenized
-without BOS and with special-token parsing off, as llama.cpp's test-tokenizer-0 does). Golden: the
+Vectors: llama.cpp's ggml-vocab-<name>.gguf.inp/.out (fetched by llama_cpp_data.py; read and
+tokenized as llama.cpp's test-tokenizer-0 does: without BOS, special-token parsing off). Golden: the
 "tokenize" cases of tests/data/golden_smollm2-q4_1.json on the default model (add_bos false,
 parse_special true). The default model is found or fetched by cann_llm.model_store.
 """
@@ -15,26 +15,41 @@ import regex
 
 from cann_llm import model_store as models
 from cann_llm.gguf_vocab import GGUFMetadataError, read_metadata
-from cann_llm.pretokenize import UnknownPreTokenizer, bytes_to_unicode, pre_tokenizer
+from cann_llm.pretokenize import (UnknownPreTokenizer, _class_of, bytes_to_unicode,
+                                 pre_tokenizer)
 from cann_llm.tokenizer import TokenAttr, Tokenizer, TokenizerError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 from conftest import GOLDEN_Q4_1 as GOLDEN  # noqa: E402
 from llama_cpp_data import vocab_dir  # noqa: E402
 VOCAB_DIR = vocab_dir()
-VOCABS = ["llama-spm", "llama-bpe", "qwen2", "gpt-2"]
-N_VECTORS = 46  # per vocabulary; a changed file must be looked at, not silently accepted
+# Every generation-model vocabulary of llama.cpp's models/ folder with vectors (bert-bge, a WPM
+# embedding vocabulary, is not supported), and its vector count: a changed file must be looked at,
+# not silently accepted.
+N_VECTORS = {"llama-spm": 46, "llama-bpe": 46, "qwen2": 46, "gpt-2": 46, "deepseek-llm": 46,
+             "deepseek-coder": 46, "command-r": 46, "falcon": 46, "mpt": 46, "starcoder": 46,
+             "refact": 46, "phi-3": 46, "qwen35": 50, "gemma-4": 46}
+VOCABS = list(N_VECTORS)
+_SEP = "\n__ggml_vocab_test__\n"
 
 
 def load_vectors(name):
+    """(text, ids) pairs as test-tokenizer-0 reads them: texts end at a separator line or at the
+    end of the file (gemma-4's last one has no separator), one line of ids per text."""
     raw = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
-    parts = raw.split("\n__ggml_vocab_test__\n")
-    assert parts[-1] == "", "the .inp file must end with a separator line"
+    texts, pos = [], 0
+    while pos < len(raw):
+        end = raw.find(_SEP, pos)
+        if end < 0:
+            texts.append(raw[pos:])
+            break
+        texts.append(raw[pos:end])
+        pos = end + len(_SEP)
     out_lines = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.out").read_text().split("\n")
     assert out_lines[-1] == ""
     expected = [[int(x) for x in line.split()] for line in out_lines[:-1]]
-    assert len(parts) - 1 == len(expected)
-    return list(zip(parts[:-1], expected))
+    assert len(texts) == len(expected)
+    return list(zip(texts, expected))
 
 
 _tokenizers = {}
@@ -46,29 +61,38 @@ def vocab(name) -> Tokenizer:
     return _tokenizers[name]
 
 
-CASES = [(name, i) for name in VOCABS for i in range(N_VECTORS)]
+_vectors = {}
+
+
+def vectors(name):
+    if name not in _vectors:
+        _vectors[name] = load_vectors(name)
+    return _vectors[name]
+
+
+CASES = [(name, i) for name in VOCABS for i in range(N_VECTORS[name])]
 
 
 @pytest.mark.parametrize("name", VOCABS)
 def test_vector_files_complete(name):
-    assert len(load_vectors(name)) == N_VECTORS
+    assert len(vectors(name)) == N_VECTORS[name]
 
 
 @pytest.mark.parametrize("name,i", CASES, ids=[f"{n}-{i}" for n, i in CASES])
 def test_llama_cpp_vectors(name, i):
-    text, expected = load_vectors(name)[i]
+    text, expected = vectors(name)[i]
     assert vocab(name).tokenize(text, add_special=False, special=False) == expected
 
 
 # llama.cpp's detokenizer drops the space in " ?", " !", " .", " ,", " ' ", " 's", " 'm", " 're",
-# " 've" for vocabularies with clean_spaces (gpt-2, llama-bpe); those strings do not round-trip.
+# " 've" for vocabularies with clean_spaces (gpt-2, llama-bpe, ...); these texts do not round-trip.
 _CLEANED = regex.compile(r" [?!.,]| ' | '(?:s|m|re|ve)")
 
 
 @pytest.mark.parametrize("name,i", CASES, ids=[f"{n}-{i}" for n, i in CASES])
 def test_round_trip(name, i):
     tok = vocab(name)
-    text, expected = load_vectors(name)[i]
+    text, expected = vectors(name)[i]
     out = tok.detokenize(expected)
     if tok.clean_spaces and _CLEANED.search(text):
         assert out != text
@@ -161,6 +185,105 @@ def test_add_bos_flags():
     assert vocab("qwen2").tokenize("Hello") == vocab("qwen2").tokenize("Hello", add_special=False)
     assert vocab("llama-spm").tokenize("") == [1]
     assert vocab("llama-spm").tokenize("", add_special=False) == []
+
+
+# What llama.cpp's llama_vocab::load makes of each vocabulary: BOS by default (the GGUF's
+# add_bos_token, else the default of the model or pre-tokenizer; gemma4 always), never EOS, and
+# the space clean-up of detokenize (off for the SPM vocabularies and some pre-tokenizers).
+FLAGS = {  # name: (add_bos, clean_spaces)
+    "llama-spm": (True, False), "llama-bpe": (True, True), "qwen2": (False, False),
+    "gpt-2": (False, True), "deepseek-llm": (True, False), "deepseek-coder": (True, False),
+    "command-r": (True, False), "falcon": (False, True), "mpt": (False, True),
+    "starcoder": (False, True), "refact": (False, True), "phi-3": (True, False),
+    "qwen35": (False, False), "gemma-4": (True, True)}
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_vocabulary_flags(name):
+    tok = vocab(name)
+    add_bos, clean_spaces = FLAGS[name]
+    assert (tok.add_bos, tok.add_eos, tok.clean_spaces) == (add_bos, False, clean_spaces)
+    with_special = tok.tokenize("Hello")
+    without = tok.tokenize("Hello", add_special=False)
+    assert with_special == ([tok.bos_id] if add_bos else []) + without
+
+
+def test_fim_tokens_found_by_text():
+    # llama.cpp finds the FIM tokens by text when the GGUF does not name them, makes them control
+    # tokens and ends generation on the pad, repository and file-separator ones
+    for name, eog in (("starcoder", ["<fim_pad>"]), ("refact", ["<fim_pad>", "<reponame>"]),
+                      ("command-r", ["<PAD>"])):
+        tok = vocab(name)
+        for t in eog:
+            assert tok.is_eog(tok.token_to_id[t]), (name, t)
+    st = vocab("starcoder")
+    assert st.special_ids["fim_pre"] == st.token_to_id["<fim_prefix>"]
+    assert st.attrs[st.token_to_id["<fim_prefix>"]] & TokenAttr.CONTROL
+    assert not st.is_eog(st.token_to_id["<fim_prefix>"])
+
+
+def test_gemma4_vocabulary():
+    g = vocab("gemma-4")
+    assert g.model == "gemma4" and g.pre.name == "gemma4" and g.bos_id == 2 and g.eos_id == 1
+    # spaces are "▁" in the vocabulary; merges run on characters; a character no merge reaches
+    # becomes <0xXX> byte tokens
+    assert g.tokenize(" Hello world", add_special=False) == [26352, 1902]
+    assert g.tokens[26352] == "▁Hello" and g.detokenize([26352, 1902]) == " Hello world"
+    troll = "\U0001f9cc"  # not in the vocabulary
+    ids = g.tokenize(troll, add_special=False)
+    assert ids == [g.token_to_id[f"<0x{b:02X}>"] for b in troll.encode()]
+    assert g.detokenize(ids) == troll
+    # "</s>" is an ordinary token in a vocabulary with <|tool_response> (llama.cpp): no EOG, not
+    # split out as a special token (ids from llama.cpp)
+    s = g.token_to_id["</s>"]
+    assert not g.is_eog(s) and g.attrs[s] == TokenAttr.NORMAL
+    assert g.tokenize("</s>", add_special=False, special=True) == [954, 236751, 236813]
+    assert all(g.is_eog(g.token_to_id[t]) for t in ("<eos>", "<turn|>", "<|tool_response>"))
+
+
+def test_gemma4_always_adds_bos():
+    # tokenizer.ggml.model "gemma4" uses the gemma4 pre-tokenizer whatever .pre says, and
+    # llama.cpp adds BOS even when add_bos_token is false
+    tokens = ["<pad>", "<eos>", "<bos>", "▁", "a", "▁a", "\n", "\n\n"]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer({
+        "tokenizer.ggml.model": "gemma4", "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3, 3, 3] + [1] * 5 + [6] * 256,
+        "tokenizer.ggml.merges": ["▁ a"], "tokenizer.ggml.bos_token_id": 2,
+        "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.add_bos_token": False}, name="synthetic")
+    assert tok.pre.name == "gemma4" and tok.add_bos
+    byte = {b: 8 + b for b in range(256)}
+    assert tok.tokenize(" a b") == [2, 5, 3, byte[ord("b")]]
+    # a run of newlines that is a token is taken whole (there is no "\n \n" merge)
+    assert tok.tokenize("a\n\na", add_special=False) == [4, 7, 4]
+    assert tok.tokenize("\n\n\n", add_special=False) == [6, 6, 6]
+    assert tok.detokenize([2, 5, 3, byte[ord("b")]]) == " a b"
+
+
+def test_harmony_end_is_not_eog():
+    # gpt-oss: <|end|> ends a message, not the generation, when <|return|> and <|call|> exist
+    tok = _synthetic_bpe([("<|end|>", 3), ("<|return|>", 3), ("<|call|>", 3)])
+    end = tok.token_to_id["<|end|>"]
+    assert not tok.is_eog(end) and tok.attrs[end] == TokenAttr.USER_DEFINED
+    assert tok.is_eog(tok.token_to_id["<|return|>"]) and tok.is_eog(tok.token_to_id["<|call|>"])
+    tok = _synthetic_bpe([("<|end|>", 3)])
+    assert tok.is_eog(tok.token_to_id["<|end|>"])
+
+
+def test_unicode_classes_are_llama_cpp():
+    # llama.cpp's \p{L} etc. are Unicode 15.1 whatever the `regex` module's version: U+14316 (an
+    # Egyptian hieroglyph of Unicode 16) is no letter to it. Ids from llama.cpp.
+    assert pre_tokenizer("qwen2").split("z\U00014316=f") == ["z", "\U00014316=", "f"]
+    assert vocab("qwen2").tokenize("z\U00014316=f") == [89, 172, 242, 234, 244, 28, 69]
+    classes = [_class_of(cp) for cp in (0xE9, 0x300, 0xB2, 0xA1, 0x1FAE8, 0x1FAE9, 0x33C92)]
+    assert classes == ["L", "M", "N", "P", "S", "-", "-"]  # U+1FAE9: Unicode 16, U+33C92: 17
+    # a letter, a mark, a digit, punctuation and a symbol outside ASCII keep their classes
+    assert pre_tokenizer("qwen35").split("e\u0301\u00b2\u00a1\u00a9") == ["e\u0301", "\u00b2",
+                                                                               "\u00a1\u00a9"]
+    # deepseek's punctuation class lists U+3000, but llama.cpp matches it with non-ASCII
+    # whitespace made U+000B: the ideographic space is no punctuation there
+    assert pre_tokenizer("deepseek-llm").split("\uff0c\u3000") == ["\uff0c", "\u3000"]
 
 
 def test_detokenize_remove_special_spm():
