@@ -3,7 +3,8 @@
 The vocabulary-only GGUFs and their .inp/.out vectors (llama.cpp's models/ folder, MIT licence)
 come from the llama-cpp-python 0.3.36 source distribution on PyPI (vendor/llama.cpp/models/).
 The first use downloads the sdist from the package index's simple API (PIP_INDEX_URL, else
-PyPI; about 77 MB, checked against the index's sha256), keeps the 42 files (14 vocabularies) under
+PyPI; about 77 MB, checked against the index's sha256), keeps the 42 files (14 vocabularies) and
+one chat template of models/templates/ (Qwen3's, for its enable_thinking switch) under
 $XDG_CACHE_HOME/cann-llm/test-data/ and checks them against tests/data/llama_cpp_vocab.sha256;
 later runs only re-hash the cache.
 """
@@ -86,7 +87,8 @@ def vocab_dir() -> pathlib.Path:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
                 name = member.name.rsplit("/", 1)[-1]
-                if name in expected and member.name.endswith(MEMBER_DIR + name) and member.isfile():
+                if name in expected and member.isfile() and \
+                        member.name.endswith((MEMBER_DIR + name, MEMBER_DIR + "templates/" + name)):
                     (staging / name).write_bytes(tar.extractfile(member).read())
         bad = [n for n, d in expected.items()
                if not (staging / n).is_file() or _sha256(staging / n) != d]

@@ -130,3 +130,22 @@ def test_messages_must_be_dicts():
 def test_template_text_read_from_gguf():
     meta = read_metadata(vocab_dir() / "ggml-vocab-qwen2.gguf")
     assert meta["tokenizer.chat_template"].startswith("{% for message in messages %}")
+
+
+def test_qwen3_template_enable_thinking():
+    """Qwen3's own template (llama.cpp's models/templates copy): enable_thinking=False closes an
+    empty think block in the generation prompt, the default leaves the model to open one, earlier
+    assistant turns lose their reasoning; server.reasoning reads which case a prompt is."""
+    from cann_llm.server.reasoning import prompt_opens_thinking
+    t = ChatTemplate((vocab_dir() / "Qwen-Qwen3-0.6B.jinja").read_text(), model="qwen3",
+                     eos_token="<|im_end|>")
+    msgs = [{"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "<think>\nGreet back.\n</think>\n\nHello!"},
+            {"role": "user", "content": "2+2?"}]
+    default = t.render(msgs)
+    assert default.endswith("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n")
+    assert "Greet back" not in default and "<|im_start|>assistant\nHello!<|im_end|>" in default
+    off = t.render(msgs, enable_thinking=False)
+    assert off == default + "<think>\n\n</think>\n\n"
+    assert t.render(msgs, enable_thinking=True) == default
+    assert not prompt_opens_thinking(off) and not prompt_opens_thinking(default)
