@@ -62,7 +62,7 @@ def test_case_list_covers_the_llm_ops():
     ops = {case.op for case in opcheck.make_cases()}
     assert ops >= {"ADD", "MUL", "SCALE", "RMS_NORM", "MUL_MAT", "GET_ROWS", "SET_ROWS", "CPY",
                    "DUP", "CONT", "ROPE", "SOFT_MAX", "FLASH_ATTN_EXT", "SWIGLU", "SILU",
-                   "ARGMAX"}
+                   "ARGMAX", "GELU", "GELU_ERF", "TANH", "GEGLU", "GEGLU_ERF"}
     vars_ = [case.vars for case in opcheck.make_cases()]
     for needle in ("type_a=q4_0", "type_a=q4_1", "type_a=q8_0", "type_a=bf16", "m=151936",
                    "per=[0,2,1,3]", "nh=14,nh_kv=2", "nh=9,nh_kv=3", "hs=128", "softcap=30",

@@ -109,3 +109,41 @@ def test_eval_callback_sees_nodes_and_stops(device):
     ctx2, g2, x2, out2 = _graph(w)
     expect = ref.evaluate(g2, {x2: x_val, **{t: t.get() for t in w.values()}})[out2]
     np.testing.assert_allclose(full, expect.reshape(full.shape), rtol=2e-2, atol=2e-2)
+
+
+def _gemma_ffn(ctx, x, erf=False):
+    """A Gemma-style FFN tail on x [n_ff, n_tokens]: geglu_split(gelu-tanh, x * 0.5), then tanh
+    and the fused form with swapped halves."""
+    g = (ctx.geglu_erf_split if erf else ctx.geglu_split)(ctx.gelu(x), ctx.scale(x, 0.5))
+    h = ctx.tanh(ctx.gelu_erf(g))
+    return ctx.add(ctx.geglu(h, True), ctx.geglu_erf(h))
+
+
+def test_gelu_geglu_tanh_on_device_and_cpu_agree(device):
+    """GELU / GELU_ERF / TANH / GEGLU / GEGLU_ERF: all on the device, or declined and run on the
+    CPU reference by the splitter, give the same values (to F32 rounding)."""
+    x_val = RNG.uniform(-6, 6, (5, 48)).astype(np.float32)
+    results = []
+    for decline in (set(), {Op.UNARY, Op.GLU}):
+        ctx = be.Context(64)
+        x = ctx.new_tensor(TensorType.F32, [48, 5], name="x")
+        x.c.flags |= int(be.TensorFlag.INPUT)
+        out = _gemma_ffn(ctx, x, erf=bool(decline))
+        g = ctx.new_graph()
+        g.build_forward(out)
+        plan = Scheduler([DeviceSlot(device, decline=decline)]).plan(g, {"x": x}, {"out": out})
+        counts = plan.counts()
+        if decline:
+            assert counts["CPU"] == 6        # every node but the scale and the add
+        else:
+            assert "CPU" not in counts
+        results.append(plan.run({"x": x_val})["out"])
+    # the two graphs differ only in the first glu (gelu_erf vs gelu): compare each with numpy
+    for erf, got in zip((False, True), results):
+        ctx = be.Context(64)
+        x = ctx.new_tensor(TensorType.F32, [48, 5], name="x")
+        out = _gemma_ffn(ctx, x, erf=erf)
+        g = ctx.new_graph()
+        g.build_forward(out)
+        expect = ref.evaluate(g, {x: x_val})[out]
+        np.testing.assert_allclose(got, expect.reshape(got.shape), rtol=1e-5, atol=1e-6)

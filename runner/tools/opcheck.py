@@ -561,6 +561,69 @@ def _swiglu_views(b: Builder, ttype):
     return b.ctx.swiglu_split(gate, up)
 
 
+# GELU / GELU_ERF / TANH (UNARY) and GEGLU / GEGLU_ERF (GLU): Gemma 3's FFN is geglu_split of two
+# [n_ff, n_tokens] matmul results (n_ff 6912 for Gemma 3 1B, 10240 for 4B); inputs in [-10, 10]
+# reach both tails of each function.
+_UNARY_BUILDERS = {"GELU": "gelu", "GELU_ERF": "gelu_erf", "TANH": "tanh"}
+_GLU_BUILDERS = {"GEGLU": ("geglu", "geglu_split"), "GEGLU_ERF": ("geglu_erf", "geglu_erf_split")}
+
+
+def _gelu_tanh_cases() -> list[Case]:
+    cases = []
+    for ttype in (F32, F16):
+        for name, fn in _UNARY_BUILDERS.items():
+            for ne in ([128, 2, 2, 2], [5, 7, 11, 13], [6912, 3, 1, 1], [1152, 1, 1, 1]):
+                cases.append(Case(name, {"type": ttype, "ne": ne},
+                                  lambda b, t=ttype, n=ne, f=fn: getattr(b.ctx, f)(
+                                      b.new(t, n, lo=-10, hi=10))))
+            # a strided view at an offset (rows 2 apart, odd length, starting at element 3)
+            cases.append(Case(name, {"type": ttype, "ne": [33, 5, 1, 1], "v": 1},
+                              lambda b, t=ttype, f=fn: getattr(b.ctx, f)(
+                                  _row_view(b, t, [33, 5, 1, 1]))))
+            # a permuted source (non-contiguous along ne0)
+            cases.append(Case(name, {"type": ttype, "ne": [9, 4, 3, 1], "per": [1, 0, 2, 3]},
+                              lambda b, t=ttype, f=fn: getattr(b.ctx, f)(
+                                  _permuted(b, t, [9, 4, 3, 1], [1, 0, 2, 3], -10, 10))))
+        for name, (fused, split) in _GLU_BUILDERS.items():
+            for ne in ([128, 2, 2, 2], [10, 7, 11, 3], [13824, 2, 1, 1]):
+                for swapped in (0, 1):
+                    cases.append(Case(name, {"type": ttype, "ne": ne, "swapped": swapped},
+                                      lambda b, t=ttype, n=ne, s=swapped, f=fused: getattr(b.ctx, f)(
+                                          b.new(t, n, lo=-10, hi=10), bool(s))))
+            for ne in ([128, 2, 2, 2], [5, 7, 11, 13], [6912, 3, 1, 1]):
+                cases.append(Case(name, {"type": ttype, "ne": ne, "split": 1},
+                                  lambda b, t=ttype, n=ne, f=split: getattr(b.ctx, f)(
+                                      b.new(t, n, lo=-10, hi=10), b.new(t, n, lo=-10, hi=10))))
+            # the halves of one tensor as two strided views (split), and a fused row view
+            cases.append(Case(name, {"type": ttype, "ne": [64, 5, 1, 1], "split": 1, "v": 1},
+                              lambda b, t=ttype, f=split: _glu_views(b, t, f)))
+            cases.append(Case(name, {"type": ttype, "ne": [34, 5, 1, 1], "swapped": 1, "v": 1},
+                              lambda b, t=ttype, f=fused: getattr(b.ctx, f)(
+                                  _row_view(b, t, [34, 5, 1, 1]), True)))
+    for name, fn in _UNARY_BUILDERS.items():
+        cases.append(Case(name, {"type": BF16, "ne": [5, 7, 11, 13]},
+                          lambda b, f=fn: getattr(b.ctx, f)(b.new(BF16, [5, 7, 11, 13], lo=-10, hi=10))))
+    for name, (fused, split) in _GLU_BUILDERS.items():
+        cases.append(Case(name, {"type": BF16, "ne": [10, 7, 11, 3], "swapped": 0},
+                          lambda b, f=fused: getattr(b.ctx, f)(b.new(BF16, [10, 7, 11, 3], lo=-10, hi=10))))
+    return cases
+
+
+def _row_view(b: Builder, ttype, ne, lo=-10.0, hi=10.0):
+    """`ne` ([ne0, ne1, 1, 1]) as a view of every other row of a wider tensor, 3 elements in."""
+    base = b.new(ttype, [ne[0] + 5, 2 * ne[1], 1, 1], lo=lo, hi=hi)
+    return b.ctx.view_4d(base, ne, [2 * base.nb[1], 2 * base.nb[1] * ne[1], 2 * base.nb[1] * ne[1]],
+                         3 * base.nb[0])
+
+
+def _glu_views(b: Builder, ttype, split: str):
+    fused = b.new(ttype, [128, 5, 1, 1], lo=-10, hi=10)
+    size = fused.nb[0]
+    gate = b.ctx.view_4d(fused, [64, 5, 1, 1], list(fused.nb[1:]), 0)
+    up = b.ctx.view_4d(fused, [64, 5, 1, 1], list(fused.nb[1:]), 64 * size)
+    return getattr(b.ctx, split)(gate, up)
+
+
 def _argmax_cases() -> list[Case]:
     cases = []
     for ttype, ne in [(F32, [32000, 1]), (F32, [49152, 3]), (F32, [151936, 1]), (F32, [10, 7]),
@@ -574,7 +637,8 @@ def make_cases() -> list[Case]:
     """Every case, in a stable order (the default `test` list)."""
     return [*_binary_cases(), *_scale_cases(), *_rms_norm_cases(), *_mul_mat_cases(),
             *_get_rows_cases(), *_set_rows_cases(), *_cpy_cases(), *_rope_cases(),
-            *_soft_max_cases(), *_flash_attn_cases(), *_glu_cases(), *_argmax_cases()]
+            *_soft_max_cases(), *_flash_attn_cases(), *_glu_cases(), *_gelu_tanh_cases(),
+            *_argmax_cases()]
 
 
 def select_cases(cases: list[Case], ops: list[str] | None, pattern: str | None) -> list[Case]:

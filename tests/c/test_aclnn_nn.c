@@ -1,7 +1,8 @@
-/* test_aclnn_nn.c - the nn aclnn ops of acl_host (RmsNorm, Softmax, Silu, SwiGlu, Sin, Cos, Div,
- * ArgMax, InplaceIndexCopy) against double references; errors naming the op; batch invariance of
- * RmsNorm and Softmax rows (a row alone, in 7 rows, in 64 rows) and thread invariance (the test
- * re-runs itself with CANN_LLM_THREADS=1 and 2, read at init, and compares the bits).
+/* test_aclnn_nn.c - the nn aclnn ops of acl_host (RmsNorm, Softmax, Silu, SwiGlu, GeluV2, Tanh, Sin,
+ * Cos, Div, ArgMax, InplaceIndexCopy) against double references; errors naming the op; batch
+ * invariance of RmsNorm and Softmax rows (a row alone, in 7 rows, in 64 rows) and thread invariance
+ * of those and of GeluV2 / Tanh (the test re-runs itself with CANN_LLM_THREADS=1 and 2, read at
+ * init, and compares the bits).
  */
 #include <math.h>
 #include <stdint.h>
@@ -156,6 +157,25 @@ static void test_documented_refusals(void) {
     CHECK(refused(aclnnArgMaxGetWorkspaceSize(b23, 1, false, i2, &ws, &ex), "aclnnArgMax", "self"));
     CHECK(refused(aclnnArgMaxGetWorkspaceSize(x, 1, false, f2, &ws, &ex), "aclnnArgMax", "out"));
     CHECK(refused(aclnnArgMaxGetWorkspaceSize(x, 2, false, i2, &ws, &ex), "aclnnArgMax", "dim"));
+    /* GeluV2: float x, y of x's dtype and shape, approximate 0 or 1; Tanh: a float out of self's shape */
+    CHECK(refused(aclnnGeluV2GetWorkspaceSize(xi, 0, xi, &ws, &ex), "aclnnGeluV2", "x"));
+    CHECK(refused(aclnnGeluV2GetWorkspaceSize(x, 0, xh, &ws, &ex), "aclnnGeluV2", "y"));
+    CHECK(refused(aclnnGeluV2GetWorkspaceSize(x, 1, r21, &ws, &ex), "aclnnGeluV2", "y"));
+    CHECK(refused(aclnnGeluV2GetWorkspaceSize(x, 2, x, &ws, &ex), "aclnnGeluV2", "approximate"));
+    CHECK(refused(aclnnGeluV2GetWorkspaceSize(x, -1, x, &ws, &ex), "aclnnGeluV2", "approximate"));
+    CHECK(aclnnGeluV2GetWorkspaceSize(NULL, 0, x, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+    CHECK(aclnnGeluV2GetWorkspaceSize(x, 2, NULL, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+    CHECK(refused(aclnnTanhGetWorkspaceSize(x, xi, &ws, &ex), "aclnnTanh", "out"));
+    CHECK(refused(aclnnTanhGetWorkspaceSize(x, b23, &ws, &ex), "aclnnTanh", "out"));
+    CHECK(refused(aclnnTanhGetWorkspaceSize(x, r21, &ws, &ex), "aclnnTanh", "out"));
+    CHECK(aclnnTanhGetWorkspaceSize(NULL, x, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+    {
+        aclTensor *xd = acl_view(d23, 2, ACL_DOUBLE, NULL, 0, p);
+        CHECK(refused(aclnnTanhGetWorkspaceSize(xd, x, &ws, &ex), "aclnnTanh", "self"));
+        aclDestroyTensor(xd);
+    }
+    CHECK(aclnnTanhGetWorkspaceSize(b23, xh, &ws, &ex) == ACLNN_SUCCESS); /* BOOL self, F16 out */
+    CHECK(aclDestroyAclOpExecutor(ex) == ACLNN_SUCCESS);
     /* Sin / Cos / Div: a float out */
     CHECK(refused(aclnnSinGetWorkspaceSize(x, xi, &ws, &ex), "aclnnSin", "out"));
     CHECK(refused(aclnnCosGetWorkspaceSize(x, xi, &ws, &ex), "aclnnCos", "out"));
@@ -243,6 +263,131 @@ static void test_silu_swiglu(void) {
     CHECK(aclnnSiluGetWorkspaceSize(NULL, ty, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
     aclDestroyTensor(tx), aclDestroyTensor(ty), aclDestroyTensor(tg), aclDestroyTensor(ti);
     aclrtFree(px), aclrtFree(py), aclrtFree(pg);
+}
+
+/* ---- GeluV2 (tanh and erf forms) and Tanh ------------------------------------------------------- */
+typedef enum { K_GELU_TANH, K_GELU_ERF, K_TANH } act_k;
+
+static double ref_act(act_k k, double x) {
+    if (k == K_TANH) return tanh(x);
+    if (isinf(x)) return x > 0 ? x : 0.0;
+    if (k == K_GELU_ERF) return 0.5 * x * erfc(-x / sqrt(2.0));
+    double u = sqrt(2.0 / M_PI) * x * (1.0 + 0.044715 * x * x);
+    return x / (1.0 + exp(-2.0 * u));
+}
+
+/* y = act(x) for n F32 values through the aclnn call (dtype dt for x and y: F32 or F16 storage) */
+static void run_act(act_k k, const void *x, void *y, int64_t n, aclDataType dt, aclDataType out_dt) {
+    size_t in_sz = dt == ACL_FLOAT ? 4 : dt == ACL_INT32 ? 4 : 2, out_sz = out_dt == ACL_FLOAT ? 4 : 2;
+    int64_t d[1] = {n};
+    void *px = dev_from(x, (size_t)n * in_sz), *py = dev_from(NULL, (size_t)n * out_sz);
+    aclTensor *tx = acl_view(d, 1, dt, NULL, 0, px), *ty = acl_view(d, 1, out_dt, NULL, 0, py);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    if (k == K_TANH)
+        launch(aclnnTanhGetWorkspaceSize(tx, ty, &ws, &ex), aclnnTanh, &ws, &ex);
+    else
+        launch(aclnnGeluV2GetWorkspaceSize(tx, k == K_GELU_TANH ? 1 : 0, ty, &ws, &ex), aclnnGeluV2, &ws, &ex);
+    to_host(y, py, (size_t)n * out_sz);
+    aclDestroyTensor(tx), aclDestroyTensor(ty);
+    aclrtFree(px), aclrtFree(py);
+}
+
+/* A digest of the three ops over 3 x N values (several thread-pool tasks). */
+static uint64_t act_digest(void) {
+    int64_t n = 3 * N;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+    uint32_t s = 11;
+    for (int64_t i = 0; i < n; i++) x[i] = frand(&s) * 12.0f;
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < 3; k++) {
+        run_act((act_k)k, x, y, n, ACL_FLOAT, ACL_FLOAT);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &y[i], 4);
+            h = (h ^ b) * 1099511628211ull;
+        }
+    }
+    free(x), free(y);
+    return h;
+}
+
+static void test_gelu_tanh(void) {
+    /* accuracy over a dense sweep (ulp of the result, below 1e-30 in absolute terms), the IEEE cases,
+     * and lane independence: the sweep rotated by 5 elements gives the same bits per element */
+    enum { NS = 20011 };
+    float *v = malloc(NS * 4), *w = malloc(NS * 4), *rv = malloc(NS * 4), *rw = malloc(NS * 4);
+    const float special[12] = {-INFINITY, -1e30f, -200.0f, -14.5f, -0.0f, 0.0f, 1e-30f, 14.5f, 200.0f,
+                               1e30f, INFINITY, NAN};
+    for (int i = 0; i < NS - 12; i++) v[i] = -16.0f + 32.0f * (float)i / (NS - 13);
+    memcpy(v + NS - 12, special, sizeof special);
+    for (int i = 0; i < NS; i++) rv[i] = v[(i + 5) % NS];
+    /* measured 2.5 / 4.4 / 1.2 ulp: gelu tanh (2u in double), gelu erf (the products of the erfc
+     * branch: exp, its correction, the polynomial), tanh */
+    const double max_ulp[3] = {3.0, 5.0, 1.5};
+    for (int k = 0; k < 3; k++) {
+        run_act((act_k)k, v, w, NS, ACL_FLOAT, ACL_FLOAT);
+        run_act((act_k)k, rv, rw, NS, ACL_FLOAT, ACL_FLOAT);
+        int lane_mismatch = 0;
+        for (int i = 0; i < NS; i++) lane_mismatch += memcmp(&rw[i], &w[(i + 5) % NS], 4) != 0;
+        CHECK(lane_mismatch == 0);
+        double worst = 0, worst_tail = 0;
+        for (int i = 0; i < NS - 12; i++) {
+            double ref = ref_act((act_k)k, v[i]), err = fabs(w[i] - ref);
+            if (fabs(ref) < 1e-30) { CHECK(fabs(w[i]) < 1e-29); continue; }
+            double ulp = err / (ldexp(1.0, ilogb(ref) - 23));
+            if (fabsf(v[i]) < 3.0f) worst = fmax(worst, ulp);
+            else worst_tail = fmax(worst_tail, ulp);
+        }
+        if (getenv("ACT_ULP") || worst > max_ulp[k] || worst_tail > max_ulp[k])
+            fprintf(stderr, "  act %d: %.2f ulp (|x| < 3), %.2f ulp (|x| >= 3)\n", k, worst, worst_tail);
+        /* the tails as good as the core: exp's argument (2u, x^2 / 2) is carried beyond F32 */
+        CHECK(worst <= max_ulp[k] && worst_tail <= max_ulp[k]);
+        const float *sw = w + NS - 12;
+        if (k == K_TANH) {
+            CHECK(sw[0] == -1.0f && sw[1] == -1.0f && sw[2] == -1.0f && sw[3] == -1.0f);
+            CHECK(sw[4] == 0.0f && signbit(sw[4]) && sw[5] == 0.0f && !signbit(sw[5]) && sw[6] == 1e-30f);
+            CHECK(sw[7] == 1.0f && sw[8] == 1.0f && sw[9] == 1.0f && sw[10] == 1.0f && isnan(sw[11]));
+        } else {
+            CHECK(sw[0] == 0.0f && sw[1] == 0.0f && sw[2] == 0.0f && fabsf(sw[3]) < 1e-30f);
+            CHECK(sw[4] == 0.0f && sw[5] == 0.0f && fabsf(sw[6] - 0.5e-30f) < 1e-36f);
+            CHECK(sw[7] == 14.5f && sw[8] == 200.0f && sw[9] == 1e30f && isinf(sw[10]) && sw[10] > 0);
+            CHECK(isnan(sw[11]));
+        }
+    }
+    /* F16 in and out: computed in F32, rounded once */
+    {
+        enum { NH = 37 };
+        uint16_t hx[NH], hy[NH];
+        for (int i = 0; i < NH; i++) hx[i] = f16(-6.0f + 12.0f * (float)i / (NH - 1));
+        for (int k = 0; k < 3; k++) {
+            run_act((act_k)k, hx, hy, NH, ACL_FLOAT16, ACL_FLOAT16);
+            for (int i = 0; i < NH; i++) {
+                double ref = ref_act((act_k)k, from_f16(hx[i]));
+                CHECK(fabs(from_f16(hy[i]) - ref) <= fabs(ref) * 0x1p-11 + 1e-7);
+            }
+        }
+    }
+    /* Tanh of INT32 self into an F32 out (integers are computed as FLOAT) */
+    {
+        int32_t ix[4] = {-3, 0, 1, 20};
+        float fy[4];
+        run_act(K_TANH, ix, fy, 4, ACL_INT32, ACL_FLOAT);
+        for (int i = 0; i < 4; i++) CHECK(fabs(fy[i] - tanh((double)ix[i])) <= 1.2e-7);
+    }
+    /* empty tensors: accepted, nothing to do */
+    {
+        int64_t d0[2] = {0, 4};
+        void *p = dev_from(NULL, 16);
+        aclTensor *e0 = acl_view(d0, 2, ACL_FLOAT, NULL, 0, p), *e1 = acl_view(d0, 2, ACL_FLOAT, NULL, 0, p);
+        uint64_t ws;
+        aclOpExecutor *ex;
+        launch(aclnnGeluV2GetWorkspaceSize(e0, 0, e1, &ws, &ex), aclnnGeluV2, &ws, &ex);
+        launch(aclnnTanhGetWorkspaceSize(e0, e1, &ws, &ex), aclnnTanh, &ws, &ex);
+        aclDestroyTensor(e0), aclDestroyTensor(e1);
+        aclrtFree(p);
+    }
+    free(v), free(w), free(rv), free(rw);
 }
 
 static void test_sin_cos_div(void) {
@@ -339,14 +484,15 @@ static void test_argmax_index_copy(void) {
     aclrtFree(px), aclrtFree(pi), aclrtFree(ps), aclrtFree(pr), aclrtFree(pn);
 }
 
-/* The digest of row 0 under CANN_LLM_THREADS=n, from a child process. */
-static uint64_t child_digest(const char *self, int threads) {
+/* The digests of row 0 and of the activations under CANN_LLM_THREADS=n, from a child process. */
+static uint64_t child_digest(const char *self, int threads, const char *isa, uint64_t *act) {
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "CANN_LLM_THREADS=%d '%s' --digest", threads, self);
+    snprintf(cmd, sizeof(cmd), "CANN_LLM_THREADS=%d CANN_LLM_HOST_ISA=%s '%s' --digest", threads, isa, self);
     FILE *f = popen(cmd, "r");
-    unsigned long long h = 0;
-    if (!f || fscanf(f, "%llx", &h) != 1) h = 0;
+    unsigned long long h = 0, a = 0;
+    if (!f || fscanf(f, "%llx %llx", &h, &a) != 2) h = a = 0;
     if (f) pclose(f);
+    *act = (uint64_t)a;
     return (uint64_t)h;
 }
 
@@ -356,7 +502,7 @@ int main(int argc, char **argv) {
     CHECK(aclrtCreateStream(&stream) == ACL_SUCCESS);
     if (argc > 1 && strcmp(argv[1], "--digest") == 0) {
         float *r = malloc(N * 4), *s = malloc(N * 4);
-        printf("%llx\n", (unsigned long long)batch_row0(64, r, s));
+        printf("%llx %llx\n", (unsigned long long)batch_row0(64, r, s), (unsigned long long)act_digest());
         fflush(stdout); /* before any exit-time sanitizer report */
         free(r), free(s);
         return 0;
@@ -364,13 +510,19 @@ int main(int argc, char **argv) {
     test_rms_norm_and_softmax_values();
     test_batch_invariance();
     test_silu_swiglu();
+    test_gelu_tanh();
     test_sin_cos_div();
     test_clamp_isneginf();
     test_argmax_index_copy();
     test_documented_refusals();
     float *r = malloc(N * 4), *s = malloc(N * 4);
-    uint64_t h1 = batch_row0(1, r, s), t1 = child_digest(argv[0], 1), t2 = child_digest(argv[0], 2);
+    const char *isa = getenv("CANN_LLM_HOST_ISA") ? getenv("CANN_LLM_HOST_ISA") : "avx512";
+    uint64_t a1, a2, a3, h1 = batch_row0(1, r, s), t1 = child_digest(argv[0], 1, isa, &a1);
+    uint64_t t2 = child_digest(argv[0], 2, isa, &a2);
     CHECK(t1 != 0 && t1 == h1 && t2 == h1);
+    /* GeluV2 / Tanh: the same bits for any thread count, and on the scalar path */
+    child_digest(argv[0], 2, "scalar", &a3);
+    CHECK(a1 != 0 && a1 == act_digest() && a2 == a1 && a3 == a1);
     free(r), free(s);
     aclrtDestroyStream(stream);
     aclrtResetDevice(0);

@@ -1,4 +1,4 @@
-/* aclnn_nn.h - aclnn declarations for normalisation, softmax, rotary embedding, activations, index copy, argmax and the small math ops they are composed with.
+/* aclnn_nn.h - aclnn declarations for normalisation, softmax, rotary embedding, activations (silu, swiglu, gelu, tanh), index copy, argmax and the small math ops they are composed with.
  * Included by aclnn_api.h; same rules: exact CANN 8.1.RC1 prototypes, checked by
  * scripts/check_headers.sh, implemented by acl_host. */
 #ifndef CANN_LLM_ACLNN_NN_H
@@ -33,6 +33,18 @@ aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor *x, int64_t dim, const a
                                         uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnSwiGlu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                         aclrtStream stream);
+
+/* aclnn_gelu_v2.h: y = x * Phi(x); approximate 0 = "none" (the erf form), 1 = "tanh". */
+aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y,
+                                        uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGeluV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                        const aclrtStream stream);
+
+/* aclnn_tanh.h: elementwise tanh; integer and bool self computed as float, float out. */
+aclnnStatus aclnnTanhGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+                                      aclOpExecutor **executor);
+aclnnStatus aclnnTanh(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                      const aclrtStream stream);
 
 /* aclnn_sin.h / aclnn_cos.h: elementwise sin / cos, float out. */
 aclnnStatus aclnnSinGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
