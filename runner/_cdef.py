@@ -68,6 +68,11 @@ typedef enum clm_op {
     CLM_OP_ARGMAX,
     CLM_OP_UNARY,
     CLM_OP_GLU,
+    CLM_OP_ARGSORT,
+    CLM_OP_SUM_ROWS,
+    CLM_OP_CLAMP,
+    CLM_OP_DIV,
+    CLM_OP_MUL_MAT_ID,
     CLM_OP_COUNT,
 } clm_op;
 
@@ -85,6 +90,11 @@ typedef enum clm_glu_op {
     CLM_GLU_OP_GEGLU_ERF = 2,
     CLM_GLU_OP_COUNT,
 } clm_glu_op;
+
+typedef enum clm_sort_order {
+    CLM_SORT_ORDER_ASC = 0,
+    CLM_SORT_ORDER_DESC = 1,
+} clm_sort_order;
 
 typedef enum clm_tensor_flag {
     CLM_TENSOR_FLAG_INPUT = 1,
@@ -177,6 +187,8 @@ clm_status clm_transpose(clm_context *ctx, clm_tensor *a, clm_tensor **out);
 clm_status clm_add(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 clm_status clm_mul(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 
+clm_status clm_div(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
 clm_status clm_cpy(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 clm_status clm_cont(clm_context *ctx, clm_tensor *a, clm_tensor **out);
 
@@ -230,6 +242,15 @@ clm_status clm_geglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_t
 
 clm_status clm_geglu_erf(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
 clm_status clm_geglu_erf_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+
+clm_status clm_argsort(clm_context *ctx, clm_tensor *a, int32_t order, clm_tensor **out);
+
+clm_status clm_sum_rows(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_clamp(clm_context *ctx, clm_tensor *a, float min, float max, clm_tensor **out);
+
+clm_status clm_mul_mat_id(clm_context *ctx, clm_tensor *as, clm_tensor *b, clm_tensor *ids,
+                          clm_tensor **out);
 
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);
 

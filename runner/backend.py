@@ -38,6 +38,7 @@ BufferUsage = _c_enum("enum clm_buffer_usage", "CLM_BUFFER_USAGE_", "BufferUsage
 TensorFlag = _c_enum("clm_tensor_flag", "CLM_TENSOR_FLAG_", "TensorFlag")
 UnaryOp = _c_enum("clm_unary_op", "CLM_UNARY_OP_", "UnaryOp")   # op_params[0] of an UNARY node
 GluOp = _c_enum("clm_glu_op", "CLM_GLU_OP_", "GluOp")           # op_params[0] of a GLU node
+SortOrder = _c_enum("clm_sort_order", "CLM_SORT_ORDER_", "SortOrder")  # op_params[0] of ARGSORT
 ROPE_TYPE_NEOX = lib.CLM_ROPE_TYPE_NEOX                          # the ROPE mode bit (else normal)
 
 
@@ -408,6 +409,10 @@ class Context(_Owned):
     def mul(self, a, b) -> "Tensor":
         return self._binary(lib.clm_mul, a, b, "clm_mul")
 
+    def div(self, a, b) -> "Tensor":
+        """a / b, b broadcast to a (ggml_div); a's type and shape."""
+        return self._binary(lib.clm_div, a, b, "clm_div")
+
     def cpy(self, a, b) -> "Tensor":
         """a's elements into b (types may differ); the result is a view of b."""
         return self._binary(lib.clm_cpy, a, b, "clm_cpy")
@@ -508,6 +513,37 @@ class Context(_Owned):
     def geglu_erf_split(self, a, b) -> "Tensor":
         """gelu_erf(a) * b."""
         return self._binary(lib.clm_geglu_erf_split, a, b, "clm_geglu_erf_split")
+
+    def argsort(self, a, order: int = SortOrder.ASC) -> "Tensor":
+        """ggml_argsort: I32 of a's shape, each row the indices of a's row (along ne0) in
+        ascending or descending order of its values (ties as ggml's CPU kernel orders them)."""
+        return self._unary_node(lib.clm_argsort, a, int(order), what="clm_argsort")
+
+    def argsort_top_k(self, a, k: int) -> "Tensor":
+        """ggml_argsort_top_k: the indices of the k largest values of each row of a, largest
+        first; an I32 [k, ne1, ne2, ne3] view (not contiguous: the row stride of the full argsort)
+        of the first k columns of argsort(a, DESC), whose node is the view's source."""
+        ne = a.ne
+        if not 0 < k <= ne[0]:
+            raise ValueError(f"argsort_top_k: k = {k} is not in 1..{ne[0]} (ne0 of the rows)")
+        order = self.argsort(a, SortOrder.DESC)
+        return self.view_4d(order, (k, ne[1], ne[2], ne[3]), order.nb[1:], 0)
+
+    def sum_rows(self, a) -> "Tensor":
+        """ggml_sum_rows: [ne0, ne1, ne2, ne3] -> [1, ne1, ne2, ne3], a's type."""
+        return self._unary_node(lib.clm_sum_rows, a, what="clm_sum_rows")
+
+    def clamp(self, a, min: float, max: float) -> "Tensor":
+        """ggml_clamp: MAX(MIN(x, max), min) element by element; a's type and shape."""
+        return self._unary_node(lib.clm_clamp, a, float(min), float(max), what="clm_clamp")
+
+    def mul_mat_id(self, as_, b, ids) -> "Tensor":
+        """ggml_mul_mat_id: as_ [K, N, n_as] (expert weights), b [K, n_b1, n_tokens] (n_b1 1 or
+        dividing n_ids), ids I32 [n_ids, n_tokens] -> F32 [N, n_ids, n_tokens], with
+        out[:, e, t] = as_[:, :, ids[e, t]] x b[:, e % n_b1, t]."""
+        out = ffi.new("clm_tensor **")
+        check(lib.clm_mul_mat_id(self._handle(), as_.c, b.c, ids.c, out), "clm_mul_mat_id")
+        return self._tensor(out)
 
     def new_op(self, op: int, tensor_type: int, ne, srcs, params: bytes = b"") -> "Tensor":
         """A generic node: result type and shape (ggml order) computed by the caller."""

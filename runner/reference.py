@@ -17,7 +17,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, quants
 
 from . import dtypes
-from .backend import ROPE_TYPE_NEOX, GluOp, Op, Tensor, TensorType, UnaryOp
+from .backend import ROPE_TYPE_NEOX, GluOp, Op, SortOrder, Tensor, TensorType, UnaryOp
 
 _QUANT_TYPES = {TensorType.Q4_0, TensorType.Q4_1, TensorType.Q5_0, TensorType.Q5_1,
                 TensorType.Q8_0, TensorType.Q2_K, TensorType.Q3_K, TensorType.Q4_K,
@@ -386,6 +386,235 @@ def op_glu(a, b, swapped: bool, glu_op: int = GluOp.SWIGLU):
     return _GLU_ACT[GluOp(glu_op)](gate) * _f64(up)
 
 
+def op_div(a, b):
+    """a / b, b repeated to a's shape (ggml_div); x/0 gives inf or NaN as in IEEE arithmetic."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _f64(a) / _repeat_to(_f64(b), a.shape)
+
+
+def op_sum_rows(a):
+    """a (ne3, ne2, ne1, ne0) -> (ne3, ne2, ne1, 1): each row's sum (ggml sums in double too)."""
+    return np.sum(_f64(a), axis=-1, keepdims=True)
+
+
+def op_clamp(a, lo: float, hi: float):
+    """ggml's CPU clamp, MAX(MIN(x, hi), lo) with C's `(a) < (b) ? (a) : (b)` macros: a NaN x
+    gives hi (or lo when lo > hi, which wins over hi everywhere)."""
+    x = _f64(a)
+    y = np.where(x < hi, x, hi)
+    return np.where(y > lo, y, lo)
+
+
+# ---- argsort: ggml's CPU kernel is std::sort(idx, idx + ne0, cmp) with cmp(i, j) = x[i] < x[j]
+# (ascending) or x[i] > x[j] (descending). std::sort is not stable, so the order of tied values is
+# whatever libstdc++'s introsort leaves (llama.cpp's expert choice among tied router probabilities
+# depends on it). Rows without ties (or NaN) sort in numpy; a row with ties runs the port below of
+# libstdc++'s std::__sort (bits/stl_algo.h and stl_heap.h, unchanged in substance since GCC 4.x:
+# median-of-three introsort down to runs of 16, heapsort past 2 floor(log2 n) levels, then one
+# insertion sort). libc++ (clang's default on macOS) orders ties differently.
+
+_STD_SORT_THRESHOLD = 16
+
+
+class _StdSort:
+    """std::sort over a list of indices `a` under `less(i, j)` (indices, not positions), in
+    libstdc++'s steps. Its unguarded loops rely on the comparison being a strict weak order; NaN
+    breaks that, and where C++ would read outside the row this raises ReferenceError."""
+
+    def __init__(self, a: list, less):
+        self.a, self.less = a, less
+
+    def _guard(self, pos: int) -> None:
+        if not 0 <= pos < len(self.a):
+            raise ReferenceError("ARGSORT: values that are not ordered (NaN) take std::sort's "
+                                 "unguarded loops outside the row (undefined in ggml)")
+
+    def sort(self) -> list:
+        n = len(self.a)
+        if n > 0:
+            self._introsort_loop(0, n, 2 * (n.bit_length() - 1))
+            self._final_insertion_sort(0, n)
+        return self.a
+
+    def _introsort_loop(self, first: int, last: int, depth: int) -> None:
+        while last - first > _STD_SORT_THRESHOLD:
+            if depth == 0:
+                self._heap_select(first, last, last)       # std::__partial_sort(first, last, last)
+                self._sort_heap(first, last)
+                return
+            depth -= 1
+            cut = self._unguarded_partition_pivot(first, last)
+            self._introsort_loop(cut, last, depth)
+            last = cut
+
+    def _move_median_to_first(self, result: int, x: int, y: int, z: int) -> None:
+        a, less = self.a, self.less
+        if less(a[x], a[y]):
+            if less(a[y], a[z]):
+                pick = y
+            elif less(a[x], a[z]):
+                pick = z
+            else:
+                pick = x
+        elif less(a[x], a[z]):
+            pick = x
+        elif less(a[y], a[z]):
+            pick = z
+        else:
+            pick = y
+        a[result], a[pick] = a[pick], a[result]
+
+    def _unguarded_partition_pivot(self, first: int, last: int) -> int:
+        mid = first + (last - first) // 2
+        self._move_median_to_first(first, first + 1, mid, last - 1)
+        return self._unguarded_partition(first + 1, last, first)
+
+    def _unguarded_partition(self, first: int, last: int, pivot: int) -> int:
+        a, less = self.a, self.less
+        while True:
+            while less(a[first], a[pivot]):
+                first += 1
+                self._guard(first)
+            last -= 1
+            while less(a[pivot], a[last]):
+                last -= 1
+                self._guard(last)
+            if not first < last:
+                return first
+            a[first], a[last] = a[last], a[first]
+            first += 1
+
+    def _unguarded_linear_insert(self, last: int) -> None:
+        a, less = self.a, self.less
+        val = a[last]
+        nxt = last - 1
+        while less(val, a[nxt]):
+            a[last] = a[nxt]
+            last = nxt
+            nxt -= 1
+            self._guard(nxt)
+        a[last] = val
+
+    def _insertion_sort(self, first: int, last: int) -> None:
+        a, less = self.a, self.less
+        for i in range(first + 1, last):
+            if less(a[i], a[first]):
+                val = a[i]
+                a[first + 1:i + 1] = a[first:i]
+                a[first] = val
+            else:
+                self._unguarded_linear_insert(i)
+
+    def _final_insertion_sort(self, first: int, last: int) -> None:
+        if last - first > _STD_SORT_THRESHOLD:
+            self._insertion_sort(first, first + _STD_SORT_THRESHOLD)
+            for i in range(first + _STD_SORT_THRESHOLD, last):   # __unguarded_insertion_sort
+                self._unguarded_linear_insert(i)
+        else:
+            self._insertion_sort(first, last)
+
+    # the heap (bits/stl_heap.h), for ranges past the depth limit
+    def _push_heap(self, first: int, hole: int, top: int, value) -> None:
+        a, less = self.a, self.less
+        parent = (hole - 1) // 2
+        while hole > top and less(a[first + parent], value):
+            a[first + hole] = a[first + parent]
+            hole = parent
+            parent = (hole - 1) // 2
+        a[first + hole] = value
+
+    def _adjust_heap(self, first: int, hole: int, length: int, value) -> None:
+        a, less = self.a, self.less
+        top = second = hole
+        while second < (length - 1) // 2:
+            second = 2 * (second + 1)
+            if less(a[first + second], a[first + second - 1]):
+                second -= 1
+            a[first + hole] = a[first + second]
+            hole = second
+        if length % 2 == 0 and second == (length - 2) // 2:
+            second = 2 * (second + 1)
+            a[first + hole] = a[first + second - 1]
+            hole = second - 1
+        self._push_heap(first, hole, top, value)
+
+    def _make_heap(self, first: int, last: int) -> None:
+        length = last - first
+        if length < 2:
+            return
+        parent = (length - 2) // 2
+        while True:
+            self._adjust_heap(first, parent, length, self.a[first + parent])
+            if parent == 0:
+                return
+            parent -= 1
+
+    def _pop_heap(self, first: int, last: int, result: int) -> None:
+        a = self.a
+        value = a[result]
+        a[result] = a[first]
+        self._adjust_heap(first, 0, last - first, value)
+
+    def _heap_select(self, first: int, middle: int, last: int) -> None:
+        self._make_heap(first, middle)
+        for i in range(middle, last):
+            if self.less(self.a[i], self.a[first]):
+                self._pop_heap(first, middle, i)
+
+    def _sort_heap(self, first: int, last: int) -> None:
+        while last - first > 1:
+            last -= 1
+            self._pop_heap(first, last, last)
+
+
+def std_sort_indices(values, descending: bool) -> list:
+    """The indices 0..n-1 of `values` (one row) in the order ggml's CPU argsort leaves them:
+    libstdc++'s std::sort with cmp x[i] < x[j] (x[i] > x[j] when descending)."""
+    v = [float(x) for x in values]
+    if descending:
+        def less(i, j):
+            return v[i] > v[j]
+    else:
+        def less(i, j):
+            return v[i] < v[j]
+    return _StdSort(list(range(len(v))), less).sort()
+
+
+def op_argsort(a, order: int):
+    """a (ne3, ne2, ne1, ne0) -> int32 of the same shape: each row's indices in ascending
+    (SortOrder.ASC) or descending (DESC) order of its values, ties as ggml's CPU kernel orders
+    them (std_sort_indices)."""
+    if int(order) not in (SortOrder.ASC, SortOrder.DESC):
+        raise ReferenceError(f"ARGSORT: order {order} is not known to the reference")
+    descending = int(order) == SortOrder.DESC
+    x = np.asarray(a, dtype=np.float64)
+    rows = x.reshape(int(np.prod(x.shape[:-1])), x.shape[-1])
+    out = np.argsort(-rows if descending else rows, axis=-1, kind="stable").astype(np.int32)
+    ordered = np.sort(rows, axis=-1)
+    special = np.isnan(rows).any(axis=-1) | (ordered[:, 1:] == ordered[:, :-1]).any(axis=-1)
+    for r in np.nonzero(special)[0]:        # ties or NaN: the order is std::sort's own
+        out[r] = std_sort_indices(rows[r], descending)
+    return out.reshape(x.shape)
+
+
+def op_mul_mat_id(as_, b, ids):
+    """as_ (1, n_as, N, K), b (1, n_tokens, n_b1, K), ids (1, 1, n_tokens, n_ids) ->
+    (1, n_tokens, n_ids, N): out[t, e] = as_[ids[t, e]] @ b[t, e % n_b1], grouped by expert as
+    ggml's CPU kernel (one expert's weights in float64 at a time)."""
+    as_ = np.asarray(as_)
+    ids = np.asarray(ids)[0, 0].astype(np.int64)             # (n_tokens, n_ids)
+    n_as, n_out = as_.shape[1], as_.shape[2]
+    if ids.size and (ids.min() < 0 or ids.max() >= n_as):
+        raise ReferenceError(f"MUL_MAT_ID: expert id out of range 0..{n_as - 1}")
+    b = _f64(b)[0]                                           # (n_tokens, n_b1, K)
+    rows = b[:, np.arange(ids.shape[1]) % b.shape[1], :]     # (n_tokens, n_ids, K)
+    out = np.zeros(ids.shape + (n_out,))
+    for expert in np.unique(ids):
+        t, e = np.nonzero(ids == expert)
+        out[t, e] = rows[t, e] @ _f64(as_[0, expert]).T
+    return out[None]
+
+
 def op_copy(src, shape: tuple):
     """CPY/DUP/CONT: src's elements in ggml order (ne0 fastest) laid into `shape`."""
     return np.asarray(src).reshape(shape)
@@ -430,6 +659,11 @@ _COMPUTE = {
     Op.ARGMAX: lambda node, src, fp, ip: op_argmax(src(0)),
     Op.UNARY: _unary,
     Op.GLU: _glu,
+    Op.ARGSORT: lambda node, src, fp, ip: op_argsort(src(0), int(ip[0])),
+    Op.SUM_ROWS: lambda node, src, fp, ip: op_sum_rows(src(0)),
+    Op.CLAMP: lambda node, src, fp, ip: op_clamp(src(0), float(fp[0]), float(fp[1])),
+    Op.DIV: lambda node, src, fp, ip: op_div(src(0), src(1)),
+    Op.MUL_MAT_ID: lambda node, src, fp, ip: op_mul_mat_id(src(0), src(1), src(2)),
     Op.CPY: lambda node, src, fp, ip: op_copy(src(0), np_shape(node)),
     Op.DUP: lambda node, src, fp, ip: op_copy(src(0), np_shape(node)),
     Op.CONT: lambda node, src, fp, ip: op_copy(src(0), np_shape(node)),
@@ -437,7 +671,8 @@ _COMPUTE = {
 
 SUPPORTED_OPS = frozenset(_COMPUTE)
 VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
-_KNOWN_SUBOPS = {Op.UNARY: {int(op) for op in _UNARY}, Op.GLU: {int(op) for op in _GLU_ACT}}
+_KNOWN_SUBOPS = {Op.UNARY: {int(op) for op in _UNARY}, Op.GLU: {int(op) for op in _GLU_ACT},
+                 Op.ARGSORT: {int(order) for order in SortOrder}}
 
 
 def supports(node: Tensor) -> bool:

@@ -297,6 +297,223 @@ def test_encode_rounds_to_nearest_even():
     np.testing.assert_array_equal(ref.round_to(T.BF16, values[2:]), [1.0])
 
 
+# ---- the ops of a mixture-of-experts FFN (llama.cpp's build_moe_ffn) ------------------------------
+
+def selection_loop(row, descending):
+    """Argsort by repeated selection: the best remaining value, the first index among equals (the
+    order of a stable sort)."""
+    left, order = list(range(len(row))), []
+    while left:
+        best = left[0]
+        for i in left[1:]:
+            if (row[i] > row[best]) if descending else (row[i] < row[best]):
+                best = i
+        order.append(best)
+        left.remove(best)
+    return order
+
+
+@pytest.mark.parametrize("order", [clm.SortOrder.ASC, clm.SortOrder.DESC])
+def test_argsort_without_ties_against_selection_loop(order):
+    x = uniform(2, 3, 4, 37, lo=-5, hi=5)
+    got = ref.op_argsort(x, order)
+    assert got.shape == x.shape and got.dtype == np.int32
+    for index in np.ndindex(*x.shape[:-1]):
+        assert got[index].tolist() == selection_loop(x[index], order == clm.SortOrder.DESC)
+
+
+# ggml's CPU argsort is std::sort, not stable: rows up to 16 long are insertion-sorted (stable),
+# longer rows leave ties in introsort's order. Recorded from llama-cpp-python 0.3.36's
+# libggml-cpu.so (GCC's libstdc++) on x = ((37 i) % mod) / 4; Qwen3-MoE routes over 128 experts.
+GGML_TIED_ARGSORT = {
+    (24, 5, clm.SortOrder.ASC): [0, 5, 20, 10, 15, 23, 3, 18, 8, 13, 1, 21, 16, 11, 6, 14, 9, 19,
+                                 4, 12, 17, 7, 22, 2],
+    (24, 5, clm.SortOrder.DESC): [22, 2, 17, 7, 12, 4, 19, 9, 14, 1, 21, 16, 11, 6, 13, 8, 18, 3,
+                                  23, 10, 15, 5, 20, 0],
+    (128, 11, clm.SortOrder.ASC): [
+        22, 33, 99, 88, 0, 11, 55, 110, 66, 121, 77, 44, 14, 80, 25, 91, 69, 58, 102, 36, 113, 47,
+        3, 124, 61, 127, 39, 50, 72, 28, 83, 94, 17, 105, 116, 6, 75, 86, 97, 108, 53, 119, 64, 42,
+        9, 20, 31, 1, 122, 111, 12, 100, 89, 23, 78, 67, 34, 45, 56, 37, 48, 103, 26, 15, 70, 81,
+        114, 92, 4, 59, 125, 18, 51, 84, 95, 40, 106, 73, 29, 7, 117, 62, 98, 10, 109, 120, 43, 21,
+        87, 32, 65, 54, 76, 57, 35, 2, 123, 68, 112, 46, 13, 24, 101, 90, 79, 93, 5, 82, 115, 60,
+        16, 71, 126, 27, 104, 38, 49, 19, 52, 63, 85, 118, 96, 8, 41, 30, 107, 74],
+    (128, 11, clm.SortOrder.DESC): [
+        118, 41, 107, 52, 30, 63, 96, 19, 74, 85, 8, 115, 38, 104, 49, 126, 82, 27, 60, 5, 71, 93,
+        16, 57, 13, 35, 101, 112, 46, 68, 90, 123, 24, 2, 79, 76, 43, 54, 98, 65, 87, 120, 21, 109,
+        10, 32, 40, 73, 95, 18, 117, 62, 7, 29, 51, 84, 106, 37, 92, 70, 15, 4, 125, 48, 81, 103,
+        59, 26, 114, 89, 122, 12, 78, 1, 67, 23, 56, 100, 111, 34, 45, 119, 97, 86, 64, 108, 9, 75,
+        20, 31, 42, 53, 127, 83, 6, 17, 116, 28, 39, 105, 50, 72, 61, 94, 80, 3, 124, 14, 91, 69,
+        25, 113, 36, 58, 47, 102, 66, 33, 110, 0, 22, 44, 121, 11, 77, 99, 88, 55],
+}
+
+
+@pytest.mark.parametrize("n, mod, order", list(GGML_TIED_ARGSORT))
+def test_argsort_ties_in_ggml_cpu_order(n, mod, order):
+    x = (((np.arange(n) * 37) % mod) * 0.25).astype(np.float32)
+    want = GGML_TIED_ARGSORT[(n, mod, order)]
+    assert ref.op_argsort(x.reshape(1, 1, 1, n), order).reshape(-1).tolist() == want
+    # the same row among untied rows of a batch, and the top 8 as argsort_top_k reads them
+    batch = np.stack([uniform(n), x, uniform(n)]).reshape(1, 3, 1, n)
+    got = ref.op_argsort(batch, order)
+    assert got[0, 1, 0].tolist() == want
+    assert got[0, 0, 0].tolist() == selection_loop(batch[0, 0, 0], order == clm.SortOrder.DESC)
+
+
+def test_argsort_ties_short_rows_are_stable_and_long_rows_ordered():
+    tied = rng.integers(0, 3, size=(50, 16)).astype(np.float32)
+    for row in tied:                      # up to 16 elements std::sort is an insertion sort
+        assert ref.std_sort_indices(row, True) == selection_loop(row, True)
+        assert ref.std_sort_indices(row, False) == selection_loop(row, False)
+    for n in (17, 64, 128, 300):          # longer: a permutation whose values are in order
+        for row in rng.integers(0, 4, size=(10, n)).astype(np.float32):
+            for descending in (False, True):
+                idx = ref.std_sort_indices(row, descending)
+                assert sorted(idx) == list(range(n))
+                values = row[idx] * (-1 if descending else 1)
+                assert all(values[i] <= values[i + 1] for i in range(n - 1))
+    # -0.0 and 0.0 tie (they compare equal), as in C
+    assert ref.op_argsort(np.array([0.0, -0.0, 0.0], np.float32).reshape(1, 1, 1, 3),
+                          clm.SortOrder.DESC).reshape(-1).tolist() == [0, 1, 2]
+
+
+def test_sum_rows_clamp_and_div_against_loops():
+    x = uniform(2, 3, 4, 9, lo=-4, hi=4)
+    got = ref.op_sum_rows(x)
+    assert got.shape == (2, 3, 4, 1)
+    for index in np.ndindex(2, 3, 4):
+        acc = 0.0
+        for v in x[index]:                                   # ggml_vec_sum_f32: a double sum
+            acc += float(v)
+        assert got[index][0] == pytest.approx(acc, rel=1e-14, abs=1e-14)
+
+    def c_clamp(v, lo, hi):                                  # MAX(MIN(v, hi), lo), C's macros
+        m = v if v < hi else hi
+        return m if m > lo else lo
+
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-9, 3.5, -3.5], np.float32)
+    values = np.concatenate([x.reshape(-1), special])
+    for lo, hi in [(-0.5, 0.5), (6.103515625e-5, math.inf), (-math.inf, 0.25), (0.5, -0.5)]:
+        got = ref.op_clamp(values, lo, hi)
+        want = [c_clamp(float(v), lo, hi) for v in values]
+        np.testing.assert_array_equal(got, want)
+    assert ref.op_clamp(np.array([np.nan]), 0.0, 1.0)[0] == 1.0    # a NaN becomes max
+
+    a = uniform(2, 6, 3, 8)
+    b = uniform(1, 3, 1, 4, lo=0.5, hi=2)
+    b[0, 0, 0, 0] = 0.0
+    got = ref.op_div(a, b)
+    with np.errstate(divide="ignore"):
+        for i3, i2, i1, i0 in np.ndindex(*a.shape):
+            want = np.float64(a[i3, i2, i1, i0]) / np.float64(b[i3 % 1, i2 % 3, i1 % 1, i0 % 4])
+            assert got[i3, i2, i1, i0] == want
+
+
+def mul_mat_id_loop(as_, b, ids):
+    """ggml's CPU mul_mat_id as a loop: out[t, e, n] = sum_k as_[ids[t, e], n, k] b[t, e % n_b1, k]
+    (as_ (n_as, N, K), b (n_tokens, n_b1, K), ids (n_tokens, n_ids))."""
+    n_tokens, n_ids = ids.shape
+    out = np.zeros((n_tokens, n_ids, as_.shape[1]))
+    for t in range(n_tokens):
+        for e in range(n_ids):
+            w, row = as_[ids[t, e]], b[t, e % b.shape[1]]
+            for n in range(as_.shape[1]):
+                out[t, e, n] = sum(float(w[n, k]) * float(row[k]) for k in range(as_.shape[2]))
+    return out
+
+
+@pytest.mark.parametrize("n_b1", [1, 3])
+def test_mul_mat_id_against_loop(n_b1):
+    as_ = uniform(1, 5, 6, 16)                         # 5 experts [K=16, N=6]
+    b = uniform(1, 4, n_b1, 16)                        # 4 tokens, one row or one per slot
+    ids = np.array([[4, 0, 2], [1, 1, 3], [0, 4, 2], [3, 2, 1]], np.int32)   # 3 slots per token
+    got = ref.op_mul_mat_id(as_, b, ids[None, None])
+    assert got.shape == (1, 4, 3, 6)
+    np.testing.assert_allclose(got[0], mul_mat_id_loop(as_[0], b[0], ids), rtol=1e-12, atol=1e-13)
+    with pytest.raises(ref.ReferenceError, match="out of range"):
+        ref.op_mul_mat_id(as_, b, (ids + 2)[None, None])
+
+
+@pytest.mark.parametrize("qtype", ["F16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
+def test_mul_mat_id_node_of_quantized_experts_is_dequantize(qtype):
+    """Through compute_node, with the experts stored in `qtype`: the loop on the weights as
+    gguf.quants dequantizes them (what the reference multiplies, as for MUL_MAT)."""
+    k = 256 if qtype.endswith("_K") else 64
+    weights = uniform(4, 5, k)                          # 4 experts [K, N=5]
+    if qtype == "F16":
+        stored = weights.astype(np.float16)
+    elif qtype.endswith("_K"):               # gguf.quants has no K-quant quantizer: random blocks
+        from tiny_models import random_blocks
+        stored = random_blocks(GGMLQuantizationType[qtype], weights.size, rng).reshape(20, -1)
+    else:
+        stored = quants.quantize(weights, GGMLQuantizationType[qtype])
+    decoded = ref.decode(T[qtype], stored).reshape(1, 4, 5, k)
+    with clm.Context() as ctx:
+        as_ = ctx.new_tensor(T[qtype], (k, 5, 4))
+        b = ctx.new_tensor(T.F32, (k, 1, 3))
+        ids = ctx.new_tensor(T.I32, (2, 3))
+        node = ctx.mul_mat_id(as_, b, ids)
+        assert node.ne == (5, 2, 3, 1) and node.type == T.F32 and ref.supports(node)
+        bv = uniform(1, 3, 1, k)
+        idv = np.array([[[[3, 0], [1, 3], [2, 2]]]], np.int32)
+        got = ref.compute_node(node, [decoded, bv, idv])
+        want = mul_mat_id_loop(decoded[0], bv[0], idv[0, 0])
+        np.testing.assert_allclose(got[0], want.astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_get_rows_of_expert_probabilities_per_token():
+    """build_moe_ffn's weights = get_rows(probs [1, n_expert, n_tokens], selected [n_used,
+    n_tokens]): row ids batched over tokens, each token picking from its own probabilities."""
+    probs = uniform(1, 5, 8, 1, lo=0, hi=1)            # (1, n_tokens=5, n_expert=8, 1)
+    selected = rng.integers(0, 8, size=(1, 1, 5, 2))   # (1, 1, n_tokens, n_used=2)
+    got = ref.op_get_rows(probs, selected)
+    assert got.shape == (1, 5, 2, 1)
+    for t in range(5):
+        for e in range(2):
+            assert got[0, t, e, 0] == probs[0, t, selected[0, 0, t, e], 0]
+    with clm.Context() as ctx:                          # the constructor takes these shapes
+        p = ctx.new_tensor(T.F32, (1, 8, 5))
+        ids = ctx.argsort_top_k(ctx.new_tensor(T.F32, (8, 5)), 2)
+        node = ctx.get_rows(p, ids)
+        assert node.ne == (1, 2, 5, 1) and node.type == T.F32
+
+
+def test_moe_nodes_through_compute_node_and_supports():
+    with clm.Context() as ctx:
+        a = ctx.new_tensor(T.F32, (8, 5))
+        s = ctx.new_tensor(T.F32, (1, 5))
+        values = uniform(1, 1, 5, 8, lo=0.1, hi=1)
+        sums = values.sum(-1, keepdims=True)
+        top = ctx.argsort_top_k(a, 3)
+        assert top.ne == (3, 5, 1, 1) and top.nb[1] == 8 * 4 and top.type == T.I32
+        assert top.op == clm.Op.VIEW and top.storage.op == clm.Op.ARGSORT
+        assert top.storage.op_params[0] == clm.SortOrder.DESC
+        sorted_desc = ref.compute_node(top.storage, [values])
+        assert sorted_desc.dtype == np.int32
+        assert [row[:3].tolist() for row in sorted_desc[0, 0]] == [
+            selection_loop(row, True)[:3] for row in values[0, 0]]
+        for node, srcs, want in [
+                (ctx.argsort(a), [values], [[selection_loop(r, False) for r in values[0, 0]]]),
+                (ctx.sum_rows(a), [values], sums),
+                (ctx.clamp(a, 0.25, 0.75), [values], np.clip(values, 0.25, 0.75)),
+                (ctx.div(a, s), [values, sums], values / sums)]:
+            assert ref.supports(node), node.op_desc
+            np.testing.assert_allclose(ref.compute_node(node, srcs), np.reshape(want, node_shape(node)),
+                                       rtol=1e-6, err_msg=node.op_desc)
+        node = ctx.argsort(a)                            # an order the reference does not know
+        node.c.op_params[0] = len(clm.SortOrder)
+        assert not ref.supports(node)
+        with pytest.raises(ref.ReferenceError):
+            ref.compute_node(node, [values])
+        with pytest.raises(ValueError):
+            ctx.argsort_top_k(a, 9)                      # k past ne0 (ggml asserts ne0 >= k)
+        with pytest.raises(clm.CannError):
+            ctx.argsort(a, 2)
+
+
+def node_shape(node):
+    return ref.np_shape(node)
+
+
 # ---- whole graphs through the C core's tensors ---------------------------------------------------------
 
 def test_evaluate_graph_with_views_cpy_and_set_rows():

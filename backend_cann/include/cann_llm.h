@@ -80,6 +80,11 @@ typedef enum clm_op {
     CLM_OP_ARGMAX,
     CLM_OP_UNARY,
     CLM_OP_GLU,
+    CLM_OP_ARGSORT,
+    CLM_OP_SUM_ROWS,
+    CLM_OP_CLAMP,
+    CLM_OP_DIV,
+    CLM_OP_MUL_MAT_ID,
     CLM_OP_COUNT,
 } clm_op;
 
@@ -99,6 +104,12 @@ typedef enum clm_glu_op {
     CLM_GLU_OP_GEGLU_ERF = 2,  /* gelu_erf of the gate times the linear part */
     CLM_GLU_OP_COUNT,
 } clm_glu_op;
+
+/* The order of ARGSORT (op_params[0]); ggml's numbers (enum ggml_sort_order). */
+typedef enum clm_sort_order {
+    CLM_SORT_ORDER_ASC = 0,
+    CLM_SORT_ORDER_DESC = 1,
+} clm_sort_order;
 
 typedef enum clm_tensor_flag {
     CLM_TENSOR_FLAG_INPUT = 1,
@@ -199,9 +210,11 @@ clm_status clm_permute(clm_context *ctx, clm_tensor *a, int32_t axis0, int32_t a
                        int32_t axis3, clm_tensor **out);
 clm_status clm_transpose(clm_context *ctx, clm_tensor *a, clm_tensor **out);
 
-/* Compute nodes. b broadcasts to a in add/mul (ggml rules: a->ne[i] % b->ne[i] == 0). */
+/* Compute nodes. b broadcasts to a in add/mul/div (ggml rules: a->ne[i] % b->ne[i] == 0). */
 clm_status clm_add(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 clm_status clm_mul(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+/* div: a / b (ggml_div); the result has a's type and shape. */
+clm_status clm_div(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 /* cpy: a's elements into b (same element count; types may differ); the result views b. */
 clm_status clm_cpy(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
 clm_status clm_cont(clm_context *ctx, clm_tensor *a, clm_tensor **out);
@@ -273,6 +286,26 @@ clm_status clm_geglu_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_t
 /* geglu_erf fused / split: as geglu with gelu_erf. op_params = {CLM_GLU_OP_GEGLU_ERF, swapped}. */
 clm_status clm_geglu_erf(clm_context *ctx, clm_tensor *a, bool swapped, clm_tensor **out);
 clm_status clm_geglu_erf_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out);
+/* argsort along ne0 (ggml_argsort): a float [ne0, ne1, ne2, ne3] -> I32 of the same shape, each row
+ * the indices 0..ne0-1 ordered by a's values, ascending or descending. op_params[0] = order
+ * (clm_sort_order). Ties come out in the order of ggml's CPU kernel (libstdc++ std::sort, not
+ * stable); a top-k is a view of the first k columns of the descending order (ggml_argsort_top_k). */
+clm_status clm_argsort(clm_context *ctx, clm_tensor *a, int32_t order, clm_tensor **out);
+/* sum_rows (ggml_sum_rows): a float [ne0, ne1, ne2, ne3] -> [1, ne1, ne2, ne3] of a's type, the sum
+ * of each row. */
+clm_status clm_sum_rows(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+/* clamp (ggml_clamp): MAX(MIN(x, max), min) element by element (a NaN becomes max, and min wins
+ * when min > max, as ggml's CPU kernel); a float tensor -> the same shape and type.
+ * op_params = {min, max} (floats). */
+clm_status clm_clamp(clm_context *ctx, clm_tensor *a, float min, float max, clm_tensor **out);
+/* mul_mat_id (ggml_mul_mat_id), the experts' matmul of a mixture of experts:
+ * as [K, N, n_as] (one weight matrix per expert, any MUL_MAT weight type, not transposed),
+ * b [K, n_b1, n_tokens] with ids->ne[0] % n_b1 == 0 (n_b1 = 1 broadcasts one row to every
+ * selected expert), ids I32 [n_ids, n_tokens] (the experts of each token, each in 0..n_as-1)
+ * -> F32 [N, n_ids, n_tokens]: out[:, e, t] = as[:, :, ids[e, t]] x b[:, e % n_b1, t].
+ * src = {as, b, ids}. */
+clm_status clm_mul_mat_id(clm_context *ctx, clm_tensor *as, clm_tensor *b, clm_tensor *ids,
+                          clm_tensor **out);
 
 /* ---- graphs ------------------------------------------------------------------------------ */
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);

@@ -87,6 +87,93 @@ static void test_unary_and_glu_constructors(void) {
     clm_context_free(ctx);
 }
 
+/* The MoE FFN's ops: ARGSORT, SUM_ROWS, CLAMP, DIV and MUL_MAT_ID (shapes, types, params and the
+ * refusals of ggml's asserts) */
+static void test_moe_constructors(void) {
+    clm_context *ctx;
+    CHECK(clm_context_new(64, &ctx) == CLM_OK);
+    clm_tensor *logits, *h, *q, *out;
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 2, (int64_t[]){8, 5}, &logits) == CLM_OK);  /* [n_expert, n_tokens] */
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F16, 3, (int64_t[]){6, 3, 2}, &h) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_Q8_0, 1, (int64_t[]){32}, &q) == CLM_OK);
+
+    /* argsort: I32 of a's shape, the order in op_params[0] */
+    for (int32_t order = CLM_SORT_ORDER_ASC; order <= CLM_SORT_ORDER_DESC; order++) {
+        CHECK(clm_argsort(ctx, h, order, &out) == CLM_OK);
+        CHECK(out->op == CLM_OP_ARGSORT && out->type == CLM_TYPE_I32 && out->op_params[0] == order);
+        CHECK(out->ne[0] == 6 && out->ne[1] == 3 && out->ne[2] == 2 && out->ne[3] == 1 && out->src[0] == h);
+        CHECK(strcmp(clm_op_desc(out), "ARGSORT") == 0);
+    }
+    CHECK(clm_argsort(ctx, h, 2, &out) == CLM_ERR_INVALID_ARG);                 /* no such order */
+    CHECK(strstr(clm_last_error(), "order") != NULL);
+    CHECK(clm_argsort(ctx, q, CLM_SORT_ORDER_ASC, &out) == CLM_ERR_INVALID_ARG); /* not a float type */
+
+    /* sum_rows: ne0 -> 1, a's type */
+    CHECK(clm_sum_rows(ctx, h, &out) == CLM_OK);
+    CHECK(out->op == CLM_OP_SUM_ROWS && out->type == CLM_TYPE_F16 && out->src[0] == h);
+    CHECK(out->ne[0] == 1 && out->ne[1] == 3 && out->ne[2] == 2 && out->ne[3] == 1);
+    CHECK(strcmp(clm_op_desc(out), "SUM_ROWS") == 0);
+    CHECK(clm_sum_rows(ctx, q, &out) == CLM_ERR_INVALID_ARG);
+
+    /* clamp: a's shape and type, {min, max} as floats */
+    CHECK(clm_clamp(ctx, h, 6.103515625e-5f, INFINITY, &out) == CLM_OK);
+    float fp[2];
+    memcpy(fp, out->op_params, sizeof(fp));
+    CHECK(out->op == CLM_OP_CLAMP && out->type == CLM_TYPE_F16 && fp[0] == 6.103515625e-5f && isinf(fp[1]));
+    CHECK(out->ne[0] == 6 && out->ne[1] == 3 && out->ne[2] == 2 && strcmp(clm_op_desc(out), "CLAMP") == 0);
+    CHECK(clm_clamp(ctx, q, 0.0f, 1.0f, &out) == CLM_ERR_INVALID_ARG);
+
+    /* div: b repeats to a (ggml_can_repeat), the result is a's type and shape */
+    clm_tensor *sum, *odd;
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 2, (int64_t[]){1, 5}, &sum) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 2, (int64_t[]){3, 5}, &odd) == CLM_OK);
+    CHECK(clm_div(ctx, logits, sum, &out) == CLM_OK);
+    CHECK(out->op == CLM_OP_DIV && out->type == CLM_TYPE_F32 && out->src[0] == logits && out->src[1] == sum);
+    CHECK(out->ne[0] == 8 && out->ne[1] == 5 && strcmp(clm_op_desc(out), "DIV") == 0);
+    CHECK(clm_div(ctx, logits, odd, &out) == CLM_ERR_INVALID_ARG);     /* 3 does not divide 8 */
+    CHECK(clm_div(ctx, sum, logits, &out) == CLM_ERR_INVALID_ARG);     /* a never broadcasts */
+    CHECK(clm_div(ctx, logits, NULL, &out) == CLM_ERR_INVALID_ARG);
+
+    /* mul_mat_id: as [K=64, N=16, n_as=8], b [64, 1 or 2, 5], ids I32 [2, 5] -> F32 [16, 2, 5] */
+    clm_tensor *as, *b1, *b2, *ids, *ids_f, *ids_3d, *b_bad, *as_4d, *as_t;
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_Q4_0, 3, (int64_t[]){64, 16, 8}, &as) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 3, (int64_t[]){64, 1, 5}, &b1) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 3, (int64_t[]){64, 2, 5}, &b2) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_I32, 2, (int64_t[]){2, 5}, &ids) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 2, (int64_t[]){2, 5}, &ids_f) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_I32, 3, (int64_t[]){2, 5, 2}, &ids_3d) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F32, 3, (int64_t[]){32, 2, 5}, &b_bad) == CLM_OK);
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_F16, 4, (int64_t[]){64, 16, 4, 2}, &as_4d) == CLM_OK);
+    for (int i = 0; i < 2; i++) {
+        CHECK(clm_mul_mat_id(ctx, as, i ? b2 : b1, ids, &out) == CLM_OK);
+        CHECK(out->op == CLM_OP_MUL_MAT_ID && out->type == CLM_TYPE_F32);
+        CHECK(out->ne[0] == 16 && out->ne[1] == 2 && out->ne[2] == 5 && out->ne[3] == 1);
+        CHECK(out->src[0] == as && out->src[1] == (i ? b2 : b1) && out->src[2] == ids);
+        CHECK(strcmp(clm_op_desc(out), "MUL_MAT_ID") == 0);
+    }
+    /* a view selecting the first experts of an argsort, as ggml_argsort_top_k (nb1 of the full row) */
+    clm_tensor *sorted, *top;
+    CHECK(clm_argsort(ctx, logits, CLM_SORT_ORDER_DESC, &sorted) == CLM_OK);
+    CHECK(clm_view_4d(ctx, sorted, 2, 5, 1, 1, sorted->nb[1], sorted->nb[2], sorted->nb[3], 0, &top) == CLM_OK);
+    CHECK(clm_mul_mat_id(ctx, as, b1, top, &out) == CLM_OK && out->ne[1] == 2 && out->ne[2] == 5);
+    CHECK(clm_mul_mat_id(ctx, as, b1, ids_f, &out) == CLM_ERR_INVALID_ARG);   /* ids not i32 */
+    CHECK(clm_mul_mat_id(ctx, as, b1, ids_3d, &out) == CLM_ERR_INVALID_ARG);  /* ids not 2-d */
+    CHECK(clm_mul_mat_id(ctx, as, b_bad, ids, &out) == CLM_ERR_INVALID_ARG);  /* K differs */
+    CHECK(clm_mul_mat_id(ctx, as_4d, b1, ids, &out) == CLM_ERR_INVALID_ARG);  /* as is 4-d */
+    CHECK(clm_mul_mat_id(ctx, as, logits, ids, &out) == CLM_ERR_INVALID_ARG); /* K 8 != 64 */
+    clm_tensor *ids3, *ids_n;
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_I32, 2, (int64_t[]){3, 5}, &ids3) == CLM_OK);
+    CHECK(clm_mul_mat_id(ctx, as, b2, ids3, &out) == CLM_ERR_INVALID_ARG);    /* 2 rows do not broadcast to 3 */
+    CHECK(strstr(clm_last_error(), "broadcast") != NULL);
+    CHECK(clm_mul_mat_id(ctx, as, b1, ids3, &out) == CLM_OK);                 /* 1 row does */
+    CHECK(clm_new_tensor(ctx, CLM_TYPE_I32, 2, (int64_t[]){2, 4}, &ids_n) == CLM_OK);
+    CHECK(clm_mul_mat_id(ctx, as, b1, ids_n, &out) == CLM_ERR_INVALID_ARG);   /* 4 lists for 5 tokens */
+    CHECK(clm_transpose(ctx, as_4d, &as_t) == CLM_OK);
+    CHECK(clm_mul_mat_id(ctx, as_t, b1, ids, &out) == CLM_ERR_INVALID_ARG);   /* transposed */
+    CHECK(clm_mul_mat_id(ctx, as, b1, NULL, &out) == CLM_ERR_INVALID_ARG);
+    clm_context_free(ctx);
+}
+
 static float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, mant = h & 1023;
     if (exp == 0) return (sign ? -1.0f : 1.0f) * ldexpf((float)mant, -24);
@@ -186,6 +273,7 @@ int main(void) {
     test_types();
     test_tensors_and_views();
     test_unary_and_glu_constructors();
+    test_moe_constructors();
     test_add_and_cpy_on_cann();
     return CT_RESULT();
 }

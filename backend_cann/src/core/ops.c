@@ -1,5 +1,6 @@
 /* ops.c - constructors for the LLM ops: result shape and type, sources and op_params laid out
  * as ggml does, with the shape checks that make a graph well-formed. */
+#include <stdint.h>
 #include <string.h>
 
 #include "clm_impl.h"
@@ -194,4 +195,49 @@ clm_status clm_geglu_erf(clm_context *ctx, clm_tensor *a, bool swapped, clm_tens
 
 clm_status clm_geglu_erf_split(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out) {
     return glu_split(ctx, a, b, CLM_GLU_OP_GEGLU_ERF, "geglu_erf", out);
+}
+
+/* ---- the ops of a mixture-of-experts FFN (llama.cpp's build_moe_ffn) ------------------------- */
+
+clm_status clm_argsort(clm_context *ctx, clm_tensor *a, int32_t order, clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "argsort: needs a float tensor");
+    CLM_CHECK_ARG(order == CLM_SORT_ORDER_ASC || order == CLM_SORT_ORDER_DESC,
+                  "argsort: order %d is not ascending (0) or descending (1)", order);
+    CLM_CHECK_ARG(a->ne[0] <= INT32_MAX, "argsort: ne0 %lld of '%s' does not fit an i32 index",
+                  (long long)a->ne[0], a->name);
+    int32_t params[1] = {order};
+    return node(ctx, CLM_OP_ARGSORT, CLM_TYPE_I32, a->ne, &a, 1, params, sizeof(params), out);
+}
+
+clm_status clm_sum_rows(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "sum_rows: needs a float tensor");
+    int64_t ne[4] = {1, a->ne[1], a->ne[2], a->ne[3]};
+    return node(ctx, CLM_OP_SUM_ROWS, a->type, ne, &a, 1, NULL, 0, out);
+}
+
+clm_status clm_clamp(clm_context *ctx, clm_tensor *a, float min, float max, clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "clamp: needs a float tensor");
+    float params[2] = {min, max};
+    return node(ctx, CLM_OP_CLAMP, a->type, a->ne, &a, 1, params, sizeof(params), out);
+}
+
+/* The asserts of ggml_mul_mat_id, in its order. */
+clm_status clm_mul_mat_id(clm_context *ctx, clm_tensor *as, clm_tensor *b, clm_tensor *ids, clm_tensor **out) {
+    CLM_CHECK_ARG(as != NULL && b != NULL && ids != NULL && out != NULL, "mul_mat_id: NULL argument");
+    CLM_CHECK_ARG(as->nb[0] <= as->nb[1], "mul_mat_id: '%s' must not be transposed", as->name);
+    CLM_CHECK_ARG(ids->type == CLM_TYPE_I32, "mul_mat_id: expert ids '%s' must be i32", ids->name);
+    CLM_CHECK_ARG(as->ne[3] == 1, "mul_mat_id: '%s' " DIMS_FMT " must be 3-d (one matrix per expert)", as->name,
+                  DIMS(as));
+    CLM_CHECK_ARG(b->ne[3] == 1, "mul_mat_id: '%s' " DIMS_FMT " must be 3-d", b->name, DIMS(b));
+    CLM_CHECK_ARG(ids->ne[2] == 1 && ids->ne[3] == 1, "mul_mat_id: expert ids " DIMS_FMT " must be 2-d", DIMS(ids));
+    CLM_CHECK_ARG(ids->ne[1] == b->ne[2], "mul_mat_id: expert ids " DIMS_FMT " need one list per token of '%s' " DIMS_FMT,
+                  DIMS(ids), b->name, DIMS(b));
+    CLM_CHECK_ARG(as->ne[0] == b->ne[0], "mul_mat_id: '%s' " DIMS_FMT " and '%s' " DIMS_FMT " do not multiply",
+                  as->name, DIMS(as), b->name, DIMS(b));
+    CLM_CHECK_ARG(b->ne[1] > 0 && ids->ne[0] % b->ne[1] == 0,
+                  "mul_mat_id: '%s' " DIMS_FMT " has %lld rows per token, which do not broadcast to %lld experts",
+                  b->name, DIMS(b), (long long)b->ne[1], (long long)ids->ne[0]);
+    int64_t ne[4] = {as->ne[1], ids->ne[0], b->ne[2], 1};
+    clm_tensor *srcs[3] = {as, b, ids};
+    return node(ctx, CLM_OP_MUL_MAT_ID, CLM_TYPE_F32, ne, srcs, 3, NULL, 0, out);
 }

@@ -253,6 +253,10 @@ clm_status clm_mul(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **
     return binary_op(ctx, CLM_OP_MUL, a, b, out);
 }
 
+clm_status clm_div(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out) {
+    return binary_op(ctx, CLM_OP_DIV, a, b, out);
+}
+
 clm_status clm_cpy(clm_context *ctx, clm_tensor *a, clm_tensor *b, clm_tensor **out) {
     CLM_CHECK_ARG(a != NULL && b != NULL && out != NULL, "clm_cpy: NULL argument");
     CLM_CHECK_ARG(clm_nelements(a) == clm_nelements(b), "clm_cpy: '%s' has %lld elements, '%s' has %lld",

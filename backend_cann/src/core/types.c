@@ -85,6 +85,11 @@ static const char *const op_names[CLM_OP_COUNT] = {
     [CLM_OP_ARGMAX] = "ARGMAX",
     [CLM_OP_UNARY] = "UNARY",
     [CLM_OP_GLU] = "GLU",
+    [CLM_OP_ARGSORT] = "ARGSORT",
+    [CLM_OP_SUM_ROWS] = "SUM_ROWS",
+    [CLM_OP_CLAMP] = "CLAMP",
+    [CLM_OP_DIV] = "DIV",
+    [CLM_OP_MUL_MAT_ID] = "MUL_MAT_ID",
 };
 
 static const char *const unary_names[CLM_UNARY_OP_COUNT] = {
