@@ -147,3 +147,95 @@ def test_gelu_geglu_tanh_on_device_and_cpu_agree(device):
         g.build_forward(out)
         expect = ref.evaluate(g, {x: x_val})[out]
         np.testing.assert_allclose(got, expect.reshape(got.shape), rtol=1e-5, atol=1e-6)
+
+
+# ---- the MoE FFN ops: the device declines them, the splitter runs them on the CPU reference ------
+
+MOE_OPS = {Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.DIV, Op.MUL_MAT_ID}
+
+
+def _moe_weights(device, n_embd=32, n_ff=64, n_expert=8):
+    """Qwen3-MoE's FFN weights in the device's buffer: the router in F32, the experts' up and
+    gate in Q8_0, down in F16."""
+    wctx = be.Context(16)
+    w = {"gate_inp": wctx.new_tensor(TensorType.F32, [n_embd, n_expert], name="gate_inp"),
+         "up": wctx.new_tensor(TensorType.Q8_0, [n_embd, n_ff, n_expert], name="up_exps"),
+         "gate": wctx.new_tensor(TensorType.Q8_0, [n_embd, n_ff, n_expert], name="gate_exps"),
+         "down": wctx.new_tensor(TensorType.F16, [n_ff, n_embd, n_expert], name="down_exps")}
+    buf = wctx.alloc_tensors(device.buffer_type)
+    buf.usage = be.BufferUsage.WEIGHTS
+    w["gate_inp"].set(RNG.standard_normal((n_expert, n_embd)).astype(np.float32))
+    for name in ("up", "gate"):
+        w[name].set(be.quantize_f32(TensorType.Q8_0, (0.2 * RNG.standard_normal(
+            (n_expert, n_ff, n_embd))).astype(np.float32)).reshape(n_expert, n_ff, -1))
+    w["down"].set((0.2 * RNG.standard_normal((n_expert, n_embd, n_ff))).astype(np.float16))
+    return wctx, buf, w
+
+
+def _moe_ffn(w, n_used=2, n_tokens=4):
+    """llama.cpp's build_moe_ffn for Qwen3-MoE: softmax gating, the top n_used experts
+    (argsort_top_k), their weights normalized (sum_rows, clamp, div), SwiGLU experts through
+    mul_mat_id, and the weighted experts summed through views."""
+    n_embd, n_expert = w["gate_inp"].ne[:2]
+    ctx = be.Context(256)
+    x = ctx.new_tensor(TensorType.F32, [n_embd, n_tokens], name="x")
+    x.c.flags |= int(be.TensorFlag.INPUT)
+    probs = ctx.soft_max_ext(ctx.mul_mat(w["gate_inp"], x))                  # [n_expert, n_tokens]
+    selected = ctx.argsort_top_k(probs, n_used)                               # [n_used, n_tokens]
+    weights = ctx.get_rows(ctx.reshape(probs, [1, n_expert, n_tokens]), selected)
+    weights = ctx.reshape(weights, [n_used, n_tokens])
+    total = ctx.clamp(ctx.sum_rows(weights), 6.103515625e-5, float("inf"))    # [1, n_tokens]
+    weights = ctx.reshape(ctx.div(weights, total), [1, n_used, n_tokens])
+    cur = ctx.reshape(x, [n_embd, 1, n_tokens])
+    up = ctx.mul_mat_id(w["up"], cur, selected)                               # [n_ff, n_used, n_tokens]
+    gate = ctx.mul_mat_id(w["gate"], cur, selected)
+    experts = ctx.mul_mat_id(w["down"], ctx.swiglu_split(gate, up), selected)  # [n_embd, n_used, n_tokens]
+    experts = ctx.mul(experts, weights)
+    nb = experts.nb
+    views = [ctx.view_4d(experts, [n_embd, n_tokens], [nb[2], nb[2] * n_tokens], i * nb[1])
+             for i in range(n_used)]
+    out = views[0]
+    for v in views[1:]:
+        out = ctx.add(out, v)
+    out.name = "moe_out"
+    g = ctx.new_graph(256)
+    g.build_forward(out)
+    return ctx, g, x, out
+
+
+def _moe_loop(w, x_val, n_used=2):
+    """The MoE FFN token by token: softmax, the n_used largest, weights normalized to sum 1, and
+    the weighted sum of each chosen expert's SwiGLU FFN (on the weights as stored)."""
+    gi = w["gate_inp"].get().astype(np.float64)
+    dec = {k: ref.decode(w[k].type, w[k].get()).astype(np.float64) for k in ("up", "gate", "down")}
+    out = np.zeros_like(x_val, dtype=np.float64)
+    for t, xt in enumerate(x_val.astype(np.float64)):
+        logits = gi @ xt
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        chosen = sorted(range(len(p)), key=lambda e: -p[e])[:n_used]
+        norm = sum(p[e] for e in chosen)
+        for e in chosen:
+            g, u = dec["gate"][e] @ xt, dec["up"][e] @ xt
+            out[t] += p[e] / norm * (dec["down"][e] @ (g / (1 + np.exp(-g)) * u))
+    return out
+
+
+def test_moe_ops_fall_back_to_cpu(device):
+    wctx, wbuf, w = _moe_weights(device)
+    ctx, g, x, out = _moe_ffn(w)
+    declined = [n for n in g.nodes if n.op in MOE_OPS]
+    assert {n.op for n in declined} == MOE_OPS
+    assert not any(device.supports_op(n) for n in declined)    # no device entry: declined
+    sched = Scheduler([DeviceSlot(device)])
+    plan = sched.plan(g, {"x": x}, {"out": out})
+    on_cpu = {plan.nodes[i].op for i, s in enumerate(plan.assign) if s == sched.cpu}
+    assert MOE_OPS <= on_cpu
+    assert plan.counts()[device.name] > 0                      # the rest stays on the device
+    x_val = RNG.standard_normal((4, 32)).astype(np.float32)
+    got = plan.run({"x": x_val})["out"]
+    # the same graph on the reference alone, and the FFN written out token by token
+    ctx2, g2, x2, out2 = _moe_ffn(w)
+    want = ref.evaluate(g2, {x2: x_val, **{t: t.get() for t in w.values()}})[out2]
+    np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(got, _moe_loop(w, x_val), rtol=1e-3, atol=1e-4)
