@@ -119,11 +119,20 @@ bool map_op(const ggml_tensor *g, int32_t *op, int32_t op_params[CLM_MAX_OP_PARA
     }
     std::memcpy(op_params, g->op_params, sizeof(g->op_params));
     if (rule.op == CLM_OP_UNARY) {
-        if (op_params[0] != GGML_UNARY_OP_SILU) return false;
-        op_params[0] = CLM_UNARY_OP_SILU;
+        switch (op_params[0]) {   // ggml's sub-op numbers -> ours (cann_llm.h)
+            case GGML_UNARY_OP_SILU: op_params[0] = CLM_UNARY_OP_SILU; break;
+            case GGML_UNARY_OP_GELU: op_params[0] = CLM_UNARY_OP_GELU; break;
+            case GGML_UNARY_OP_GELU_ERF: op_params[0] = CLM_UNARY_OP_GELU_ERF; break;
+            case GGML_UNARY_OP_TANH: op_params[0] = CLM_UNARY_OP_TANH; break;
+            default: return false;
+        }
     } else if (rule.op == CLM_OP_GLU) {
-        if (op_params[0] != GGML_GLU_OP_SWIGLU) return false;
-        op_params[0] = CLM_GLU_OP_SWIGLU;   // op_params[1] (swapped) means the same in both
+        switch (op_params[0]) {   // op_params[1] (swapped) means the same in both
+            case GGML_GLU_OP_SWIGLU: op_params[0] = CLM_GLU_OP_SWIGLU; break;
+            case GGML_GLU_OP_GEGLU: op_params[0] = CLM_GLU_OP_GEGLU; break;
+            case GGML_GLU_OP_GEGLU_ERF: op_params[0] = CLM_GLU_OP_GEGLU_ERF; break;
+            default: return false;
+        }
     }
     if (rule.op == CLM_OP_FLASH_ATTN_EXT) {
         op_params[CLM_FA_MASK_BINARY] = 0;   // ggml's masks may hold any finite bias
