@@ -338,9 +338,10 @@ def _hparams(g: GGUFFile) -> HParams:
                         f"supported: {', '.join(arch_registry.supported())}")
     decl = arch_registry.get(arch)
     a = arch + "."
-    if _key(g, a + "expert_count", int, 0) > 0:
+    if not decl.moe and _key(g, a + "expert_count", int, 0) > 0:
         raise GGUFError(f"{g.path}: key {a + 'expert_count'!r}: mixture-of-experts models are "
-                        "not supported")
+                        f"not supported for {arch!r} (MoE architectures: "
+                        f"{', '.join(n for n, d in arch_registry.ARCHS.items() if d.moe)})")
     n_embd = _key(g, a + "embedding_length", int)
     n_layer = _key(g, a + "block_count", int)
     n_head = _key(g, a + "attention.head_count", int)
@@ -406,6 +407,9 @@ def _hparams(g: GGUFFile) -> HParams:
         qkv_bias=decl.has_qkv_bias(g.tensors), fused_qkv=decl.has_fused_qkv(g.tensors),
         tied_embeddings=decl.tensor("output") not in g.tensors, extra=extra,
         pooling_type=pooling_type)
+    problem = decl.check_hparams(hp)
+    if problem:
+        raise GGUFError(f"{g.path}: {arch}: {problem}")
     _check_tensors(g, hp, decl)
     return hp
 

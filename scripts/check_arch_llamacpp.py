@@ -49,6 +49,9 @@ ARCHS = {
                                    n_ff=512, n_layer=3)),
     "qwen2": ("qwen2", dict(n_embd=224, n_head=7, n_head_kv=1, n_ff=512, n_layer=3)),
     "qwen3": ("qwen2", dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=128, n_ff=512, n_layer=3)),
+    # Qwen3-30B-A3B's features: 8 of 128 experts there, 2 of 8 here, experts of width 128
+    "qwen3moe": ("qwen2", dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=128,
+                               n_layer=3, n_expert=8, n_expert_used=2)),
     # Gemma 3 1B's shape features: GQA 4:1, head_dim 128 over n_embd 256, 7 layers (6 local
     # with a 16-token window and rope base 10000, one global with 1e6, rope scaling 8 as the 4B+
     # models have), and a logit soft-cap (Gemma 3 files have none; llama.cpp reads it if present)

@@ -21,7 +21,7 @@ RUNNER = pathlib.Path(loader.__file__).parent
 
 
 def test_registry_declarations():
-    assert arch.supported() == ("gemma3", "llama", "phi3", "qwen2", "qwen3") == \
+    assert arch.supported() == ("gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3moe") == \
         loader.SUPPORTED_ARCHS
     llama, qwen2, qwen3 = arch.get("llama"), arch.get("qwen2"), arch.get("qwen3")
     assert (llama.rope_type, llama.qkv_bias, llama.qk_norm) == (ROPE_NORMAL, None, False)
@@ -31,7 +31,7 @@ def test_registry_declarations():
     assert llama.tensor("attn_q", "bias", 3) == "blk.3.attn_q.bias"
     assert qwen3.tensor("attn_k_norm", bid=2) == "blk.2.attn_k_norm.weight"
     with pytest.raises(KeyError, match="unknown architecture 'gptneox'; supported: gemma3, llama, "
-                                       "phi3, qwen2, qwen3"):
+                                       "phi3, qwen2, qwen3, qwen3moe"):
         arch.get("gptneox")
 
 
@@ -238,6 +238,64 @@ def test_gemma3_sliding_window_hides_far_tokens(tmp_path):
         la, lb = m.logits(a), m.logits(b)
     assert not np.allclose(la[:2], lb[:2]) and not np.allclose(la[6], lb[6])
     np.testing.assert_array_equal(la[7:], lb[7:])
+
+
+def test_qwen3moe_declaration(tmp_path):
+    path = write_tiny_model(tmp_path / "m.gguf", arch="qwen3moe", head_dim=32, n_ff=48,
+                            n_expert=6, n_expert_used=2)
+    g = loader.open_gguf(path)
+    hp = g.hparams
+    assert hp.extra == {"n_expert": 6, "n_expert_used": 2, "n_ff_exp": 48}
+    expected = loader.expected_tensors(hp)
+    assert expected["blk.1.ffn_down_exps.weight"] == (48, 64, 6)
+    assert expected["blk.1.ffn_gate_inp.weight"] == (64, 6)
+    assert "blk.1.ffn_down.weight" not in expected
+    g.close()
+    bad = write_tiny_model(tmp_path / "bad.gguf", arch="qwen3moe", n_expert=2, n_expert_used=3)
+    with pytest.raises(loader.GGUFError, match="expert_used_count = 3 must be between 1 and "
+                                               "expert_count = 2"):
+        loader.open_gguf(bad)
+    dense = write_tiny_model(tmp_path / "l.gguf", kv={"llama.expert_count": 8})
+    with pytest.raises(loader.GGUFError, match="not supported for 'llama' \\(MoE architectures: "
+                                               "qwen3moe\\)"):
+        loader.open_gguf(dense)
+
+
+def test_qwen3moe_routes_each_token_through_its_experts(tmp_path):
+    """The MoE FFN against numpy from the file's own expert weights: softmax router, the top 2 of
+    6 experts per token, their probabilities renormalised, SwiGLU experts, the weighted sum
+    (ffn_moe_out of layer 0 from its input ffn_norm-0); device logits equal the CPU reference's."""
+    path = write_tiny_model(tmp_path / "m.gguf", arch="qwen3moe", head_dim=32, n_ff=48,
+                            n_expert=6, n_expert_used=2, weight_scale=0.1)
+    ids = [1, 5, 9, 200, 17]
+    seen = {}
+
+    def cb(name, op, ttype, ne, data, info):
+        seen.setdefault(name, data.copy())
+        return True
+
+    with Model(path, n_ctx=64) as dev, Model(path, device="CPU", n_ctx=64) as cpu:
+        np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
+        dev.logits(ids, eval_callback=cb)
+    g = loader.open_gguf(path)
+    wt = {n: t.data.view(np.float32).reshape(tuple(reversed(t.ne))).astype(np.float64)
+          for n, t in g.tensors.items() if n.startswith("blk.0.ffn")}      # F32 weights
+    g.close()
+    x = seen["ffn_norm-0"].reshape(len(ids), 64).astype(np.float64)
+    logits = x @ wt["blk.0.ffn_gate_inp.weight"].T                       # [n_tokens, 6]
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    top = np.argsort(-probs, axis=1, kind="stable")[:, :2]
+    np.testing.assert_array_equal(seen["ffn_moe_argsort-0"].reshape(len(ids), 6)[:, :2], top)
+    want = np.zeros_like(x)
+    for t in range(len(ids)):
+        w = probs[t, top[t]] / probs[t, top[t]].sum()
+        for e, we in zip(top[t], w):
+            gate = wt["blk.0.ffn_gate_exps.weight"][e] @ x[t]
+            up = wt["blk.0.ffn_up_exps.weight"][e] @ x[t]
+            want[t] += we * (wt["blk.0.ffn_down_exps.weight"][e] @ (gate / (1 + np.exp(-gate)) * up))
+    got = seen["ffn_moe_out-0"].reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max())
 
 
 class Toy(Llama):

@@ -113,8 +113,9 @@ def _encode(data: np.ndarray, qtype: int, rng) -> tuple[np.ndarray, QT | None]:
 
 
 def tiny_tensors(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_head: int,
-                 n_head_kv: int, n_ff: int, head_dim: int, tied: bool) -> dict[str, tuple]:
-    """name -> ne (ggml order) of a llama/qwen2/qwen3/phi3/gemma3 model."""
+                 n_head_kv: int, n_ff: int, head_dim: int, tied: bool,
+                 n_expert: int = 4) -> dict[str, tuple]:
+    """name -> ne (ggml order) of a llama/qwen2/qwen3/qwen3moe/phi3/gemma3 model."""
     q, kv = n_head * head_dim, n_head_kv * head_dim
     out = {"token_embd.weight": (n_embd, n_vocab), "output_norm.weight": (n_embd,)}
     if arch == "phi3":      # fused QKV and gate/up projections
@@ -137,7 +138,14 @@ def tiny_tensors(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_head: int
                     b + "ffn_down.weight": (n_ff, n_embd)})
         if arch == "qwen2":
             out.update({b + "attn_q.bias": (q,), b + "attn_k.bias": (kv,), b + "attn_v.bias": (kv,)})
-        if arch in ("qwen3", "gemma3"):
+        if arch == "qwen3moe":      # n_ff is each expert's width here
+            for role in ("ffn_gate", "ffn_up", "ffn_down"):
+                del out[b + role + ".weight"]
+            out.update({b + "ffn_gate_inp.weight": (n_embd, n_expert),
+                        b + "ffn_gate_exps.weight": (n_embd, n_ff, n_expert),
+                        b + "ffn_up_exps.weight": (n_embd, n_ff, n_expert),
+                        b + "ffn_down_exps.weight": (n_ff, n_embd, n_expert)})
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             out.update({b + "attn_q_norm.weight": (head_dim,), b + "attn_k_norm.weight": (head_dim,)})
         if arch == "gemma3":
             out.update({b + "post_attention_norm.weight": (n_embd,),
@@ -152,10 +160,13 @@ def write_tiny_model(path, arch: str = "llama", vocab: str | None = None, n_embd
                      rope_freq_base: float = 10000.0, types: dict | None = None,
                      shapes: dict | None = None, drop=(), kv: dict | None = None,
                      chat_template: str | None = None, n_vocab: int = 300,
-                     head_dim: int | None = None, weight_scale: float = 0.02) -> pathlib.Path:
-    """Write a random-weight llama/qwen2/qwen3/phi3/gemma3 GGUF at `path` and return the path (see module
-    doc). head_dim other than n_embd / n_head is written as attention.key_length (Qwen3-style);
-    weight_scale is the standard deviation of the matrices (larger: more peaked logits)."""
+                     head_dim: int | None = None, weight_scale: float = 0.02,
+                     n_expert: int = 4, n_expert_used: int = 2) -> pathlib.Path:
+    """Write a random-weight llama/qwen2/qwen3/qwen3moe/phi3/gemma3 GGUF at `path` and return
+    the path (see module doc). head_dim other than n_embd / n_head is written as
+    attention.key_length (Qwen3-style); weight_scale is the standard deviation of the matrices
+    (larger: more peaked logits); qwen3moe has n_expert experts of width n_ff, n_expert_used of
+    them per token."""
     path = pathlib.Path(path)
     rng = np.random.default_rng(seed)
     meta = _synthetic_vocab(n_vocab) if vocab is None else _real_vocab(vocab)
@@ -164,6 +175,9 @@ def write_tiny_model(path, arch: str = "llama", vocab: str | None = None, n_embd
         kv = {f"{arch}.attention.key_length": head_dim, f"{arch}.attention.value_length": head_dim,
               **(kv or {})}
     head_dim = head_dim or n_embd // n_head
+    if arch == "qwen3moe":      # n_ff is the experts' width
+        kv = {f"{arch}.expert_count": n_expert, f"{arch}.expert_used_count": n_expert_used,
+              f"{arch}.expert_feed_forward_length": n_ff, **(kv or {})}
     w = GGUFWriter(str(path), arch)
     a = arch + "."
     base = {a + "context_length": n_ctx, a + "embedding_length": n_embd,
@@ -179,7 +193,7 @@ def write_tiny_model(path, arch: str = "llama", vocab: str | None = None, n_embd
         if value is not None and key != "general.architecture":
             _add_kv(w, key, value)
     ne_by_name = tiny_tensors(arch, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim,
-                              tied)
+                              tied, n_expert)
     ne_by_name.update(shapes or {})
     for name, ne in ne_by_name.items():
         if name in drop:

@@ -13,8 +13,9 @@ from .llama import ForwardGraph, Llama
 from .phi3 import Phi3
 from .qwen2 import Qwen2
 from .qwen3 import Qwen3
+from .qwen3moe import Qwen3Moe
 
-ARCHS: dict[str, Arch] = {a.name: a for a in (Gemma3(), Llama(), Phi3(), Qwen2(), Qwen3())}
+ARCHS: dict[str, Arch] = {a.name: a for a in (Gemma3(), Llama(), Phi3(), Qwen2(), Qwen3(), Qwen3Moe())}
 
 
 def supported() -> tuple[str, ...]:

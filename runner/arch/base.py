@@ -43,6 +43,8 @@ class Arch:
         "attn_q_norm": "blk.{bid}.attn_q_norm", "attn_k_norm": "blk.{bid}.attn_k_norm",
         "attn_qkv": "blk.{bid}.attn_qkv",
         "attn_post_norm": "blk.{bid}.post_attention_norm", "ffn_post_norm": "blk.{bid}.post_ffw_norm",
+        "ffn_gate_inp": "blk.{bid}.ffn_gate_inp", "ffn_gate_exps": "blk.{bid}.ffn_gate_exps",
+        "ffn_up_exps": "blk.{bid}.ffn_up_exps", "ffn_down_exps": "blk.{bid}.ffn_down_exps",
     }
     extra_keys: tuple = ()          # Key, ...: read into HParams.extra
     rope_type: int = ROPE_NORMAL
@@ -54,6 +56,8 @@ class Arch:
                                     # residual add (attn_post_norm / ffn_post_norm)
     ffn_act: str = "silu"           # the gated FFN's activation: "silu" (SwiGLU), "gelu" (GEGLU,
                                     # tanh approximation)
+    moe: bool = False               # a mixture-of-experts FFN: the router ffn_gate_inp picks
+                                    # extra["n_expert_used"] of extra["n_expert"] SwiGLU experts
 
     # ---- per-model and per-layer hooks of the llama-style graph (arch/llama.py) ----------------
     def embed_scale(self, hp) -> float | None:
@@ -75,6 +79,22 @@ class Arch:
     def logit_softcap(self, hp) -> float | None:
         """cap * tanh(logits / cap) on the output (gemma2/3 when the GGUF has a cap), or None."""
         return None
+
+    def check_hparams(self, hp) -> str | None:
+        """What is wrong with hp for this architecture (the loader's GGUFError), or None."""
+        if self.moe:
+            n_exp, n_used = hp.extra["n_expert"], hp.extra["n_expert_used"]
+            if not 0 < n_used <= n_exp:
+                return (f"expert_used_count = {n_used} must be between 1 and expert_count = "
+                        f"{n_exp}")
+            if self.n_ff_exp(hp) <= 0:
+                return "the expert FFN width (expert_feed_forward_length) must be positive"
+        return None
+
+    def n_ff_exp(self, hp) -> int:
+        """An expert's FFN width: expert_feed_forward_length, else n_ff / n_expert_used (as
+        llama.cpp)."""
+        return hp.extra.get("n_ff_exp") or hp.n_ff // hp.extra["n_expert_used"]
 
     def tensor(self, role: str, suffix: str = "weight", bid: int | None = None) -> str:
         """The GGUF name of a tensor: tensor("attn_q", "bias", 3) -> "blk.3.attn_q.bias"."""
@@ -111,7 +131,14 @@ class Arch:
                 if hp.qkv_bias:
                     out.update({t("attn_q", "bias", i): (q,), t("attn_k", "bias", i): (kv,),
                                 t("attn_v", "bias", i): (kv,)})
-            if self.fused_gate_up:
+            if self.moe:
+                n_exp, n_ff_exp = hp.extra["n_expert"], self.n_ff_exp(hp)
+                del out[t("ffn_down", bid=i)]
+                out.update({t("ffn_gate_inp", bid=i): (hp.n_embd, n_exp),
+                            t("ffn_gate_exps", bid=i): (hp.n_embd, n_ff_exp, n_exp),
+                            t("ffn_up_exps", bid=i): (hp.n_embd, n_ff_exp, n_exp),
+                            t("ffn_down_exps", bid=i): (n_ff_exp, hp.n_embd, n_exp)})
+            elif self.fused_gate_up:
                 out[t("ffn_up", bid=i)] = (hp.n_embd, 2 * hp.n_ff)
             else:
                 out.update({t("ffn_gate", bid=i): (hp.n_embd, hp.n_ff),

@@ -11,6 +11,7 @@ projection). Shapes are ggml order: [n_embd, n_tokens] is n_tokens rows of n_emb
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,7 +49,8 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
     n_layer, n_embd, head_dim = hp.n_layer, hp.n_embd, hp.head_dim
     n_head, n_head_kv = hp.n_head, hp.n_head_kv
     n_embd_k_gqa = n_embd_v_gqa = head_dim * n_head_kv
-    ctx = be.Context(max_tensors=64 * n_layer + 64)
+    per_layer = 64 + (4 * hp.extra["n_expert_used"] + 32 if arch.moe else 0)
+    ctx = be.Context(max_tensors=per_layer * n_layer + 64)
     w, tn = weights, arch.tensor
 
     def name(t, base, il=None):
@@ -72,7 +74,7 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                        n_ctx_orig=n_orig)
     kq_scale = arch.attn_scale(hp)
 
-    graph = ctx.new_graph(max_nodes=64 * n_layer + 64)
+    graph = ctx.new_graph(max_nodes=per_layer * n_layer + 64)
     inpL = name(ctx.get_rows(w[tn("token_embd")], inp_tokens), "inp_embd")
     embed_scale = arch.embed_scale(hp)
     if embed_scale is not None:
@@ -173,7 +175,9 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
 
         cur = name(ctx.rms_norm(ffn_inp, hp.rms_eps), "norm", il)
         cur = name(ctx.mul(cur, w[tn("ffn_norm", bid=il)]), "ffn_norm", il)
-        if arch.fused_gate_up:      # phi3: ffn_up's rows are [gate | up]
+        if arch.moe:
+            cur = moe_ffn(ctx, arch, hp, w, cur, il, name)
+        elif arch.fused_gate_up:      # phi3: ffn_up's rows are [gate | up]
             up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)
             cur = name(ctx.swiglu(up), "ffn_swiglu", il)
         else:
@@ -183,7 +187,8 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                 cur = name(ctx.geglu_split(gate, up), "ffn_geglu", il)
             else:
                 cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
-        cur = name(ctx.mul_mat(w[tn("ffn_down", bid=il)], cur), "ffn_out", il)
+        if not arch.moe:
+            cur = name(ctx.mul_mat(w[tn("ffn_down", bid=il)], cur), "ffn_out", il)
         if arch.post_norms:
             cur = name(ctx.rms_norm(cur, hp.rms_eps), "norm", il)
             cur = name(ctx.mul(cur, w[tn("ffn_post_norm", bid=il)]), "ffn_post_norm", il)
@@ -208,6 +213,41 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
     logits.mark_output()
     graph.build_forward(logits)
     return ForwardGraph(ctx, graph, inputs, logits, n_tokens, n_kv, n_outputs)
+
+
+def moe_ffn(ctx, arch: Arch, hp, w, cur, il: int, name):
+    """llama.cpp's build_moe_ffn with softmax gating, SwiGLU experts and normalised weights
+    (Qwen3-MoE): the router's softmax over the experts, the n_used most probable (ARGSORT top-k),
+    their probabilities renormalised to sum 1, each token through its experts (MUL_MAT_ID), and
+    the experts' outputs summed with those weights. cur: [n_embd, n_tokens]."""
+    tn, n_embd, n_tokens = arch.tensor, hp.n_embd, cur.ne[1]
+    n_expert, n_used = hp.extra["n_expert"], hp.extra["n_expert_used"]
+    logits = name(ctx.mul_mat(w[tn("ffn_gate_inp", bid=il)], cur), "ffn_moe_logits", il)
+    probs = name(ctx.soft_max_ext(logits), "ffn_moe_probs", il)       # [n_expert, n_tokens]
+    selected = name(ctx.argsort_top_k(probs, n_used), "ffn_moe_topk", il)   # I32 [n_used, n_t]
+    name(selected.view_src, "ffn_moe_argsort", il)      # the sort the top-k is a view of
+    weights = ctx.get_rows(ctx.reshape(probs, [1, n_expert, n_tokens]), selected)
+    weights = ctx.reshape(name(weights, "ffn_moe_weights", il), [n_used, n_tokens])
+    # renormalised to sum 1, the sum clamped to F16's smallest normal (llama.cpp's norm_w)
+    wsum = name(ctx.sum_rows(weights), "ffn_moe_weights_sum", il)
+    wsum = name(ctx.clamp(wsum, 6.103515625e-5, math.inf), "ffn_moe_weights_sum_clamped", il)
+    weights = name(ctx.div(weights, wsum), "ffn_moe_weights_norm", il)
+    weights = ctx.reshape(weights, [1, n_used, n_tokens])
+    x = ctx.reshape(cur, [n_embd, 1, n_tokens])
+    up = name(ctx.mul_mat_id(w[tn("ffn_up_exps", bid=il)], x, selected), "ffn_moe_up", il)
+    gate = name(ctx.mul_mat_id(w[tn("ffn_gate_exps", bid=il)], x, selected), "ffn_moe_gate", il)
+    act = name(ctx.swiglu_split(gate, up), "ffn_moe_swiglu", il)
+    experts = name(ctx.mul_mat_id(w[tn("ffn_down_exps", bid=il)], act, selected),
+                   "ffn_moe_down", il)                                # [n_embd, n_used, n_t]
+    experts = name(ctx.mul(experts, weights), "ffn_moe_weighted", il)
+    out = None
+    for i in range(n_used):     # the experts' rows summed in order, as llama.cpp adds them
+        view = ctx.view_4d(experts, [n_embd, n_tokens], [experts.nb[2], experts.nb[2] * n_tokens],
+                           i * experts.nb[1])
+        out = view if out is None else ctx.add(out, view)
+    if n_used == 1:
+        out = ctx.cont(out)
+    return name(out, "ffn_moe_out", il)
 
 
 class Llama(Arch):

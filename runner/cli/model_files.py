@@ -68,6 +68,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         (hp.fused_qkv, "fused qkv"), (decl.fused_gate_up, "fused gate/up"),
         (decl.qk_norm, "q/k head norm")) if on)
     out.append(f"embeddings:  {embd}; qkv bias: {'yes' if hp.qkv_bias else 'no'}{flags}")
+    if decl.moe:
+        out.append(f"experts:     {hp.extra['n_expert']}, {hp.extra['n_expert_used']} used per "
+                   f"token, FFN width {decl.n_ff_exp(hp)}")
     tokens = md.get("tokenizer.ggml.tokens")
     tok = f"{md.get('tokenizer.ggml.model', '?')}"
     if md.get("tokenizer.ggml.pre"):
