@@ -222,12 +222,12 @@ def _moe_loop(w, x_val, n_used=2):
 
 
 def test_moe_ops_fall_back_to_cpu(device):
+    """The five ops on the CPU reference between device splits. The slot declines them itself, so
+    the test keeps exercising the fallback once the device computes some of them (MUL_MAT_ID)."""
     wctx, wbuf, w = _moe_weights(device)
     ctx, g, x, out = _moe_ffn(w)
-    declined = [n for n in g.nodes if n.op in MOE_OPS]
-    assert {n.op for n in declined} == MOE_OPS
-    assert not any(device.supports_op(n) for n in declined)    # no device entry: declined
-    sched = Scheduler([DeviceSlot(device)])
+    assert {n.op for n in g.nodes} >= MOE_OPS
+    sched = Scheduler([DeviceSlot(device, decline=MOE_OPS)])
     plan = sched.plan(g, {"x": x}, {"out": out})
     on_cpu = {plan.nodes[i].op for i, s in enumerate(plan.assign) if s == sched.cpu}
     assert MOE_OPS <= on_cpu
