@@ -30,6 +30,7 @@ DEFAULT_NMSE = 1e-7
 OP_NMSE = {
     "SOFT_MAX": 1e-6,
     "MUL_MAT": 5e-4,          # F16 activations into the cube unit, F32 accumulation
+    "MUL_MAT_ID": 5e-4,       # the same products, per selected expert
     "FLASH_ATTN_EXT": 5e-4,   # F16 Q/K/V and probabilities, F32 accumulation
 }
 EXACT_OPS = {"ARGMAX"}        # and CPY/DUP/CONT between equal types
@@ -289,6 +290,74 @@ def _mul_mat_cases() -> list[Case]:
         cases.append(_mul_mat_case(F16, F32, 32, n, 1024, lo=100.0, hi=200.0, x_range=(0.5, 1.0)))
     cases.append(_mul_mat_case(F16, F32, 32, 5, 1024, (2, 1), (2, 1), lo=100.0, hi=200.0,
                                x_range=(0.5, 1.0)))
+    return cases
+
+
+def _mmid_case(type_a, type_b, n, k, n_as, n_ids, n_tokens, n_b1=None, ids="perm", ids_view=False,
+               b_view=False) -> Case:
+    """MUL_MAT_ID: experts a [k, n, n_as], b [k, n_b1, n_tokens] (n_b1 1 broadcasts, n_ids a row
+    per slot), ids [n_ids, n_tokens]: "perm" distinct experts per token, "rep" repeats within a
+    token and across tokens, "same" every token the same experts. ids_view: the ids are the
+    first n_ids columns of a wider [n_as, n_tokens] tensor (argsort_top_k's view); b_view: b is
+    a view of every other row of a wider tensor."""
+    n_b1 = n_ids if n_b1 is None else n_b1
+
+    def init_ids(rng, shape, width):
+        if ids == "perm":
+            rows = [rng.permutation(n_as)[:width] if width <= n_as else rng.integers(0, n_as, width)
+                    for _ in range(shape[-2])]
+        elif ids == "rep":
+            rows = [rng.integers(0, min(n_as, 3), width) for _ in range(shape[-2])]
+        else:
+            first = rng.permutation(n_as)[:width]
+            rows = [first for _ in range(shape[-2])]
+        return np.array(rows).reshape(shape)
+
+    def build(b):
+        a = b.new(type_a, [k, n, n_as])
+        if b_view:
+            base = b.new(type_b, [k + 3, 2 * n_b1, n_tokens])
+            x = b.ctx.view_4d(base, [k, n_b1, n_tokens, 1],
+                              [2 * base.nb[1], base.nb[2], base.nb[2] * n_tokens], base.nb[0])
+        else:
+            x = b.new(type_b, [k, n_b1, n_tokens])
+        if ids_view:
+            wide = b.new(I32, [n_as, n_tokens], lambda rng: init_ids(rng, (1, 1, n_tokens, n_as), n_as))
+            sel = b.ctx.view_4d(wide, [n_ids, n_tokens, 1, 1], [wide.nb[1], wide.nb[1] * n_tokens,
+                                                                wide.nb[1] * n_tokens], 0)
+        else:
+            sel = b.new(I32, [n_ids, n_tokens], lambda rng: init_ids(rng, (1, 1, n_tokens, n_ids), n_ids))
+        return b.ctx.mul_mat_id(a, x, sel)
+    params = {"type_a": type_a, "type_b": type_b, "n": n, "k": k, "n_as": n_as, "n_ids": n_ids,
+              "n_tokens": n_tokens, "n_b1": n_b1, "ids": ids}
+    if ids_view:
+        params["ids_view"] = 1
+    if b_view:
+        params["b_view"] = 1
+    return Case("MUL_MAT_ID", params, build)
+
+
+def _mul_mat_id_cases() -> list[Case]:
+    cases = []
+    for type_a in (F32, F16, BF16, Q8_0, Q4_0, Q4_1):
+        for n, k, n_as, n_ids, n_tokens, n_b1 in [(16, 256, 4, 2, 1, 1), (16, 256, 8, 4, 3, None),
+                                                  (33, 64, 16, 4, 5, 1), (64, 32, 4, 4, 2, None),
+                                                  (96, 576, 6, 3, 7, 1)]:
+            cases.append(_mmid_case(type_a, F32, n, k, n_as, n_ids, n_tokens, n_b1))
+        cases.append(_mmid_case(type_a, F32, 16, 64, 8, 4, 6, None, ids="rep"))
+        cases.append(_mmid_case(type_a, F32, 16, 64, 8, 4, 6, 1, ids="same"))
+        cases.append(_mmid_case(type_a, F32, 16, 64, 16, 4, 3, 1, ids_view=True))
+        cases.append(_mmid_case(type_a, F16, 16, 64, 8, 2, 3, None, b_view=True))
+    # Qwen3-MoE's FFN shapes (scaled down): gate/up broadcast one row, down one row per slot
+    for type_a in (F16, Q8_0, Q4_0):
+        cases.append(_mmid_case(type_a, F32, 256, 256, 16, 4, 1, 1, ids_view=True))
+        cases.append(_mmid_case(type_a, F32, 256, 256, 16, 4, 1, None))
+        cases.append(_mmid_case(type_a, F32, 256, 256, 16, 4, 9, 1, ids_view=True))
+    # declined: b rows neither 1 nor n_ids (2 rows for 4 experts)
+    cases.append(_mmid_case(F16, F32, 16, 64, 8, 4, 2, 2))
+    # one weight row of INT4 experts (a (K, 1) weight view WQBMM refuses): declined; Q8_0 runs
+    for type_a in (Q8_0, Q4_0):
+        cases.append(_mmid_case(type_a, F32, 1, 64, 4, 2, 2, 1))
     return cases
 
 
@@ -635,7 +704,7 @@ def _argmax_cases() -> list[Case]:
 
 def make_cases() -> list[Case]:
     """Every case, in a stable order (the default `test` list)."""
-    return [*_binary_cases(), *_scale_cases(), *_rms_norm_cases(), *_mul_mat_cases(),
+    return [*_binary_cases(), *_scale_cases(), *_rms_norm_cases(), *_mul_mat_cases(), *_mul_mat_id_cases(),
             *_get_rows_cases(), *_set_rows_cases(), *_cpy_cases(), *_rope_cases(),
             *_soft_max_cases(), *_flash_attn_cases(), *_glu_cases(), *_gelu_tanh_cases(),
             *_argmax_cases()]

@@ -126,6 +126,7 @@ static const op_entry op_table[CLM_OP_COUNT] = {
     [CLM_OP_DUP] = {cann_supports_cpy, NULL, cann_op_cpy},
     [CLM_OP_CONT] = {cann_supports_cpy, NULL, cann_op_cpy},
     [CLM_OP_MUL_MAT] = {cann_supports_mul_mat, NULL, cann_op_mul_mat},
+    [CLM_OP_MUL_MAT_ID] = {cann_supports_mul_mat_id, NULL, cann_op_mul_mat_id},
     [CLM_OP_GET_ROWS] = {cann_supports_get_rows, NULL, cann_op_get_rows},
     [CLM_OP_SET_ROWS] = {cann_supports_set_rows, NULL, cann_op_set_rows},
     [CLM_OP_RMS_NORM] = {cann_supports_rms_norm, cann_prepare_rms_norm, cann_op_rms_norm},

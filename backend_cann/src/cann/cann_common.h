@@ -143,6 +143,8 @@ bool cann_supports_cpy(const clm_tensor *op);
 clm_status cann_op_cpy(cann_backend_ctx *ctx, clm_tensor *dst);     /* CPY, DUP, CONT */
 bool cann_supports_mul_mat(const clm_tensor *op);
 clm_status cann_op_mul_mat(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_mul_mat_id(const clm_tensor *op);
+clm_status cann_op_mul_mat_id(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_get_rows(const clm_tensor *op);
 clm_status cann_op_get_rows(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_set_rows(const clm_tensor *op);

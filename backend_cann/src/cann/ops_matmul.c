@@ -238,3 +238,185 @@ clm_status cann_op_mul_mat(cann_backend_ctx *ctx, clm_tensor *dst) {
     if (clm_nelements(dst) == 0) return CLM_OK;
     return is_float(w->type) ? mul_mat_float(ctx, dst) : mul_mat_quant(ctx, dst);
 }
+
+/* ---- MUL_MAT_ID: the experts' matmul of a mixture of experts --------------------------------------
+ * dst [N, n_ids, n_tokens] F32 = as [K, N, n_as] (one weight matrix per expert) x b [K, n_b1,
+ * n_tokens] for the experts ids [n_ids, n_tokens] (I32) select, as ggml's CANN backend composes it:
+ * the ids stay on the device (no host sync, capture-safe), and a host loop over the node's static
+ * n_tokens gathers each token's selected expert slices with aclnnIndexSelect (its row of ids as a
+ * 1-D INT32 index) into a temporary at a known address, then
+ *  - float weights (F32 / F16 / BF16): one aclnnBatchMatMul (n_ids, 1, K) x (n_ids, K, N), the
+ *    gathered slices read as transposed views, b's row broadcast as a batch of 1 when n_b1 == 1;
+ *  - Q8_0 / Q4_0 / Q4_1 (device layout: quants, then F16 scales, then Q4_1's offsets, each region
+ *    in block order, so expert e's part of every region is one contiguous run of N*K/32 blocks):
+ *    the quants (as int8 bytes), the scales and the offsets gathered by three IndexSelects, then
+ *    one aclnnWeightQuantBatchMatmulV2 with M = 1 per selected expert (and per chunk of at most
+ *    65535 columns), F16 activations, F16 results cast to dst at the end.
+ * b rows: n_b1 == 1 (one row for every expert) or n_b1 == n_ids (a row per slot); other
+ * broadcasts are declined. */
+bool cann_supports_mul_mat_id(const clm_tensor *op) {
+    const clm_tensor *w = op->src[0], *x = op->src[1], *ids = op->src[2];
+    if (op->type != CLM_TYPE_F32 || !clm_is_contiguous(op)) return false;
+    if (ids->type != CLM_TYPE_I32 || !is_float(x->type)) return false;
+    if (x->ne[1] != 1 && x->ne[1] != ids->ne[0]) return false;
+    for (int i = 0; i < CLM_MAX_DIMS; i++)
+        if (x->nb[i] % clm_type_size(x->type) != 0 || ids->nb[i] % sizeof(int32_t) != 0) return false;
+    if (is_float(w->type)) {
+        for (int i = 0; i < CLM_MAX_DIMS; i++)
+            if (w->nb[i] % clm_type_size(w->type) != 0) return false;
+        return true;
+    }
+    bool int4_ok = w->type == CLM_TYPE_Q8_0 || w->ne[1] % WQ_MAX_N != 1;
+    return is_wq_type(w->type) && w->view_src == NULL && clm_is_contiguous(w) && w->ne[0] % CANN_QL_BLOCK == 0 &&
+           int4_ok;
+}
+
+/* Token t's row of ids as a 1-D INT32 index (n_ids). */
+static aclTensor *ids_row(const clm_tensor *ids, int64_t t) {
+    int64_t d[1] = {ids->ne[0]}, s[1] = {(int64_t)(ids->nb[0] / sizeof(int32_t))};
+    return acl_view(ids->data, ACL_INT32, 1, d, s, t * (int64_t)(ids->nb[1] / sizeof(int32_t)));
+}
+
+/* IndexSelect of rows of a 2-D (n_as, row) region at src into the contiguous (n_idx, row) dst. */
+static clm_status gather_rows(cann_backend_ctx *ctx, void *src, aclDataType dt, int64_t n_as, int64_t row,
+                              const aclTensor *index, void *dst, int64_t n_idx) {
+    int64_t sd[2] = {n_as, row}, ss[2] = {row, 1}, dd[2] = {n_idx, row};
+    aclTensor *as = acl_view(src, dt, 2, sd, ss, 0);
+    aclTensor *ad = acl_view(dst, dt, 2, dd, ss, 0);
+    clm_status st = as && ad ? CANN_ACLNN(ctx, IndexSelect, as, 0, index, ad)
+                             : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the expert gather");
+    cann_destroy_tensors(2, as, ad);
+    return st;
+}
+
+static clm_status mul_mat_id_float(cann_backend_ctx *ctx, clm_tensor *dst) {
+    const clm_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
+    int32_t ct = w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type; /* as MUL_MAT: activation and out dtype */
+    int64_t K = w->ne[0], N = w->ne[1], n_as = w->ne[2], n_ids = ids->ne[0], n_b1 = x->ne[1], T = x->ne[2];
+    size_t wes = clm_type_size(w->type), xes = clm_type_size(x->type);
+    cann_temp xt = {0}, yt = {0}, gt = {0};
+    void *xdata = x->data;
+    int64_t xs[3];
+    clm_status st = CLM_OK;
+    if (x->type != ct) {
+        st = activations_as(ctx, x, ct, &xt, &xdata);
+        if (st != CLM_OK) return st;
+        xs[0] = 1, xs[1] = K, xs[2] = K * n_b1;
+    } else {
+        for (int i = 0; i < 3; i++) xs[i] = (int64_t)(x->nb[i] / xes);
+    }
+    void *ydata = dst->data;
+    if (ct != CLM_TYPE_F32) {
+        st = cann_temp_alloc(ctx, (size_t)clm_nelements(dst) * clm_type_size(ct), &yt);
+        ydata = yt.ptr;
+    }
+    if (st == CLM_OK) st = cann_temp_alloc(ctx, (size_t)(n_ids * N * K) * wes, &gt);
+    aclDataType adt = cann_acl_type(ct), wdt = cann_acl_type(w->type);
+    int64_t wd[3] = {n_as, N, K};
+    int64_t ws[3] = {(int64_t)(w->nb[2] / wes), (int64_t)(w->nb[1] / wes), (int64_t)(w->nb[0] / wes)};
+    aclTensor *aw = st == CLM_OK ? acl_view(w->data, wdt, 3, wd, ws, 0) : NULL;
+    if (st == CLM_OK && aw == NULL) st = clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe '%s'", w->name);
+    for (int64_t t = 0; t < T && st == CLM_OK; t++) {
+        aclTensor *idx = ids_row(ids, t);
+        int64_t gd[3] = {n_ids, N, K}, gs[3] = {N * K, K, 1};
+        aclTensor *ag = acl_view(gt.ptr, wdt, 3, gd, gs, 0);
+        st = idx && ag ? CANN_ACLNN(ctx, IndexSelect, aw, 0, idx, ag)
+                       : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the expert gather");
+        cann_destroy_tensors(2, idx, ag);
+        if (st != CLM_OK) break;
+        int64_t nb = n_b1 == 1 ? 1 : n_ids;
+        int64_t ad[3] = {nb, 1, K}, as[3] = {xs[1], K, xs[0]};
+        int64_t bd[3] = {n_ids, K, N}, bs[3] = {N * K, 1, K};
+        int64_t yd[3] = {n_ids, 1, N}, ys[3] = {N, N, 1};
+        aclTensor *a = acl_view(xdata, adt, 3, ad, as, t * xs[2]);
+        aclTensor *b = acl_view(gt.ptr, wdt, 3, bd, bs, 0);
+        aclTensor *y = acl_view(ydata, adt, 3, yd, ys, t * n_ids * N);
+        st = a && b && y ? CANN_ACLNN(ctx, BatchMatMul, a, b, y, 1)
+                         : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: bad views");
+        cann_destroy_tensors(3, a, b, y);
+    }
+    cann_destroy_tensors(1, aw);
+    if (st == CLM_OK && ct != CLM_TYPE_F32) st = cast_to_dst(ctx, ydata, ct, dst);
+    cann_temp_free(&gt);
+    cann_temp_free(&yt);
+    cann_temp_free(&xt);
+    return st;
+}
+
+static clm_status mul_mat_id_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
+    const clm_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
+    const cann_qlayout *layout = cann_qlayout_get(w->type);
+    if (layout == NULL) return clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: '%s' has no device layout", w->name);
+    int64_t K = w->ne[0], N = w->ne[1], n_as = w->ne[2], n_ids = ids->ne[0], n_b1 = x->ne[1], T = x->ne[2];
+    size_t n_blocks = (size_t)(clm_nelements(w) / CANN_QL_BLOCK);
+    char *base = w->data;
+    char *scales = base + cann_qlayout_region_offset(layout, n_blocks, 1);
+    char *offsets = w->type == CLM_TYPE_Q4_1 ? base + cann_qlayout_region_offset(layout, n_blocks, 2) : NULL;
+    aclDataType wdt = w->type == CLM_TYPE_Q8_0 ? ACL_INT8 : ACL_INT4;
+    int64_t qrow = w->type == CLM_TYPE_Q8_0 ? N * K : N * K / 2; /* one expert's quant bytes */
+    int64_t kg = K / CANN_QL_BLOCK, srow = N * kg;                /* groups per column, per expert */
+    int group = K > CANN_QL_BLOCK ? CANN_QL_BLOCK : 0;
+    cann_temp xt = {0}, yt = {0}, qt = {0}, sct = {0}, ot = {0};
+    void *xdata;
+    clm_status st = activations_as(ctx, x, CLM_TYPE_F16, &xt, &xdata);
+    if (st != CLM_OK) return st;
+    st = cann_temp_alloc(ctx, (size_t)clm_nelements(dst) * 2, &yt);
+    if (st == CLM_OK) st = cann_temp_alloc(ctx, (size_t)(n_ids * qrow), &qt);
+    if (st == CLM_OK) st = cann_temp_alloc(ctx, (size_t)(n_ids * srow) * 2, &sct);
+    if (st == CLM_OK && offsets) st = cann_temp_alloc(ctx, (size_t)(n_ids * srow) * 2, &ot);
+    for (int64_t t = 0; t < T && st == CLM_OK; t++) {
+        aclTensor *idx = ids_row(ids, t);
+        if (idx == NULL) {
+            st = clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the expert ids");
+            break;
+        }
+        st = gather_rows(ctx, base, ACL_INT8, n_as, qrow, idx, qt.ptr, n_ids);
+        if (st == CLM_OK) st = gather_rows(ctx, scales, ACL_FLOAT16, n_as, srow, idx, sct.ptr, n_ids);
+        if (st == CLM_OK && offsets) st = gather_rows(ctx, offsets, ACL_FLOAT16, n_as, srow, idx, ot.ptr, n_ids);
+        cann_destroy_tensors(1, idx);
+        for (int64_t e = 0; e < n_ids && st == CLM_OK; e++) {
+            for (int64_t n0 = 0; n0 < N && st == CLM_OK; n0 += WQ_MAX_N) {
+                int64_t nc = N - n0 < WQ_MAX_N ? N - n0 : WQ_MAX_N;
+                int64_t xd[2] = {1, K}, xs[2] = {K, 1};
+                int64_t wd[2] = {K, nc}, ws[2] = {1, K};
+                int64_t yd[2] = {1, nc}, ys[2] = {nc, 1};
+                int64_t p_off = e * srow + n0 * kg;
+                aclTensor *ax = acl_view(xdata, ACL_FLOAT16, 2, xd, xs, (t * n_b1 + e % n_b1) * K);
+                aclTensor *aw = acl_view(qt.ptr, wdt, 2, wd, ws, e * N * K + n0 * K);
+                aclTensor *ay = acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, (t * n_ids + e) * N + n0);
+                aclTensor *as, *ao = NULL;
+                if (group) {
+                    int64_t sd[2] = {kg, nc}, ss[2] = {1, kg};
+                    as = acl_view(sct.ptr, ACL_FLOAT16, 2, sd, ss, p_off);
+                    if (offsets) ao = acl_view(ot.ptr, ACL_FLOAT16, 2, sd, ss, p_off);
+                } else {
+                    int64_t sd[1] = {nc}, ss[1] = {kg};
+                    as = acl_view(sct.ptr, ACL_FLOAT16, 1, sd, ss, p_off);
+                    if (offsets) ao = acl_view(ot.ptr, ACL_FLOAT16, 1, sd, ss, p_off);
+                }
+                if (!ax || !aw || !ay || !as || (offsets && !ao)) {
+                    st = clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the views of '%s'", w->name);
+                } else {
+                    st = CANN_ACLNN(ctx, WeightQuantBatchMatmulV2, ax, aw, as, ao, NULL, NULL, NULL, group, ay);
+                }
+                cann_destroy_tensors(5, ax, aw, ay, as, ao);
+            }
+        }
+    }
+    if (st == CLM_OK) st = cast_to_dst(ctx, yt.ptr, CLM_TYPE_F16, dst);
+    cann_temp_free(&ot);
+    cann_temp_free(&sct);
+    cann_temp_free(&qt);
+    cann_temp_free(&yt);
+    cann_temp_free(&xt);
+    return st;
+}
+
+clm_status cann_op_mul_mat_id(cann_backend_ctx *ctx, clm_tensor *dst) {
+    const clm_tensor *w = dst->src[0];
+    if (!cann_supports_mul_mat_id(dst))
+        return clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: experts '%s' (%s) x '%s' (%s) are not supported on CANN",
+                         w->name, clm_type_name(w->type), dst->src[1]->name, clm_type_name(dst->src[1]->type));
+    if (clm_nelements(dst) == 0) return CLM_OK;
+    return is_float(w->type) ? mul_mat_id_float(ctx, dst) : mul_mat_id_quant(ctx, dst);
+}
