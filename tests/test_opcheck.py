@@ -30,20 +30,25 @@ def case_lines(text: str) -> list[str]:
 
 # The cases CANN declines by design (the CPU reference runs them): an I32 table for GET_ROWS, F32
 # K/V and a logit softcap for FLASH_ATTN_EXT (FusedInferAttentionScore has neither), an INT4 weight
-# of one row (WeightQuantBatchMatmulV2 reads a (K, 1) chunk as contiguous, innermost dim odd). A
-# new entry here is a decision, not an accident.
+# of one row (WeightQuantBatchMatmulV2 reads a (K, 1) chunk as contiguous, innermost dim odd; for
+# MUL_MAT and MUL_MAT_ID alike), MUL_MAT_ID's b with neither one row nor one per selected expert,
+# and CLAMP with min > max (ggml gives min, aclnnClamp would give max). A new entry here is a
+# decision, not an accident.
 DECLINED = {
     "GET_ROWS(type=i32,n=8,m=10,r=4,b=2)",
     "MUL_MAT(type_a=q4_0,type_b=f32,m=1,n=64,k=256,bs=[1,1],nr=[1,1])",
     "MUL_MAT(type_a=q4_1,type_b=f32,m=1,n=64,k=256,bs=[1,1],nr=[1,1])",
     "FLASH_ATTN_EXT(hs=64,nh=4,nh_kv=4,kv=113,nb=7,mask=1,max_bias=0,softcap=0,type_kv=f32)",
     "FLASH_ATTN_EXT(hs=64,nh=4,nh_kv=4,kv=113,nb=7,mask=1,max_bias=0,softcap=30,type_kv=f16)",
+    "MUL_MAT_ID(type_a=f16,type_b=f32,n=16,k=64,n_as=8,n_ids=4,n_tokens=2,n_b1=2,ids=perm)",
+    "MUL_MAT_ID(type_a=q4_0,type_b=f32,n=1,k=64,n_as=4,n_ids=2,n_tokens=2,n_b1=1,ids=perm)",
+    "CLAMP(type=f32,ne=[10,5,1,1],min=1,max=-1)",
 }
 
 
 def test_full_case_list_passes():
     cases = opcheck.make_cases()
-    assert 250 <= len(cases) <= 600, len(cases)
+    assert 250 <= len(cases) <= 750, len(cases)
     names = [case.name for case in cases]
     assert len(set(names)) == len(names), "case strings must be unique (-o picks one)"
     status, text = run_checker()
@@ -62,7 +67,8 @@ def test_case_list_covers_the_llm_ops():
     ops = {case.op for case in opcheck.make_cases()}
     assert ops >= {"ADD", "MUL", "SCALE", "RMS_NORM", "MUL_MAT", "GET_ROWS", "SET_ROWS", "CPY",
                    "DUP", "CONT", "ROPE", "SOFT_MAX", "FLASH_ATTN_EXT", "SWIGLU", "SILU",
-                   "ARGMAX", "GELU", "GELU_ERF", "TANH", "GEGLU", "GEGLU_ERF"}
+                   "ARGMAX", "GELU", "GELU_ERF", "TANH", "GEGLU", "GEGLU_ERF", "MUL_MAT_ID", "ARGSORT",
+                   "SUM_ROWS", "CLAMP", "DIV"}
     vars_ = [case.vars for case in opcheck.make_cases()]
     for needle in ("type_a=q4_0", "type_a=q4_1", "type_a=q8_0", "type_a=bf16", "m=151936",
                    "per=[0,2,1,3]", "nh=14,nh_kv=2", "nh=9,nh_kv=3", "hs=128", "softcap=30",

@@ -33,7 +33,7 @@ OP_NMSE = {
     "MUL_MAT_ID": 5e-4,       # the same products, per selected expert
     "FLASH_ATTN_EXT": 5e-4,   # F16 Q/K/V and probabilities, F32 accumulation
 }
-EXACT_OPS = {"ARGMAX"}        # and CPY/DUP/CONT between equal types
+EXACT_OPS = {"ARGMAX", "ARGSORT", "CLAMP"}        # and CPY/DUP/CONT between equal types
 # One rounding to F16 leaves a relative error uniform in +-2^-11: NMSE 2^-22/3 ~ 8e-8 per
 # rounding step; BF16 (2^-8): ~5e-6 per step. A device may round intermediate results to the
 # half type (F16 inputs/outputs are computed through F16 aclTensors), so an op touching a half
@@ -702,12 +702,103 @@ def _argmax_cases() -> list[Case]:
     return cases
 
 
+def _div_cases() -> list[Case]:
+    """DIV: b kept away from 0 (|b| in [0.5, 1.5]); broadcasts and mixed types as ADD / MUL."""
+    cases = []
+
+    def away_from_zero(rng, shape):
+        return (rng.uniform(0.5, 1.5, size=shape) * rng.choice([-1.0, 1.0], size=shape)).astype(np.float32)
+
+    def case(ta, tb, ne, nr, perm=False):
+        ne_a = [n * r for n, r in zip(ne, nr)]
+
+        def build(b):
+            a = (_permuted(b, ta, ne_a, [0, 2, 1, 3]) if perm else b.new(ta, ne_a))
+            x = b.new(tb, ne, lambda rng, shape=tuple(reversed(ne)): away_from_zero(rng, shape))
+            return b.ctx.div(a, x)
+        params = {"type_a": ta, "type_b": tb, "ne": ne, "nr": nr}
+        if perm:
+            params["perm_a"] = [0, 2, 1, 3]
+        return Case("DIV", params, build)
+    for ttype in (F32, F16):
+        for ne, nr in [([10, 5, 4, 3], [1, 1, 1, 1]), ([10, 5, 4, 3], [2, 1, 1, 1]),
+                       ([10, 5, 4, 3], [1, 2, 3, 1]), ([1, 5, 4, 3], [7, 1, 1, 1]),
+                       ([1, 9, 1, 1], [128, 1, 1, 1]), ([33, 3, 1, 1], [1, 1, 1, 1])]:
+            cases.append(case(ttype, ttype, ne, nr))
+    for ta, tb in ((F16, F32), (F32, F16), (BF16, BF16)):
+        cases.append(case(ta, tb, [10, 5, 4, 3], [2, 1, 1, 1]))
+    cases.append(case(F32, F32, [16, 5, 4, 3], [1, 1, 1, 1], perm=True))
+    return cases
+
+
+def _clamp_cases() -> list[Case]:
+    cases = []
+    for ttype, ne, lo, hi in [(F32, [10, 5, 4, 3], -0.5, 0.5), (F16, [10, 5, 4, 3], -0.5, 0.5),
+                              (BF16, [33, 7, 1, 1], -0.25, 0.75), (F32, [1, 9, 1, 1], 6.103515625e-5, 1e30),
+                              (F32, [128, 3, 1, 1], 0.0, 0.0), (F32, [7, 5, 1, 1], -1e30, -0.5)]:
+        cases.append(Case("CLAMP", {"type": ttype, "ne": ne, "min": lo, "max": hi},
+                          lambda b, t=ttype, n=ne, lo=lo, hi=hi: b.ctx.clamp(b.new(t, n), lo, hi)))
+    cases.append(Case("CLAMP", {"type": F32, "ne": [34, 5, 1, 1], "min": -3.0, "max": 4.0, "v": 1},
+                      lambda b: b.ctx.clamp(_row_view(b, F32, [34, 5, 1, 1]), -3.0, 4.0)))
+    # min > max: ggml gives min everywhere, aclnnClamp would give max: declined
+    cases.append(Case("CLAMP", {"type": F32, "ne": [10, 5, 1, 1], "min": 1.0, "max": -1.0},
+                      lambda b: b.ctx.clamp(b.new(F32, [10, 5, 1, 1]), 1.0, -1.0)))
+    return cases
+
+
+def _sum_rows_cases() -> list[Case]:
+    cases = []
+    for ttype, ne in [(F32, [10, 5, 4, 3]), (F16, [10, 5, 4, 3]), (BF16, [33, 7, 1, 1]),
+                      (F32, [1, 9, 1, 1]), (F32, [16, 1, 1, 1]), (F32, [4096, 3, 1, 1]),
+                      (F16, [1025, 2, 1, 1]), (F32, [128, 13, 1, 1])]:
+        cases.append(Case("SUM_ROWS", {"type": ttype, "ne": ne},
+                          lambda b, t=ttype, n=ne: b.ctx.sum_rows(b.new(t, n, lo=0.0, hi=1.0))))
+    cases.append(Case("SUM_ROWS", {"type": F32, "ne": [16, 5, 4, 3], "perm": [0, 2, 1, 3]},
+                      lambda b: b.ctx.sum_rows(_permuted(b, F32, [16, 5, 4, 3], [0, 2, 1, 3], 0.0, 1.0))))
+    cases.append(Case("SUM_ROWS", {"type": F32, "ne": [34, 5, 1, 1], "v": 1},
+                      lambda b: b.ctx.sum_rows(_row_view(b, F32, [34, 5, 1, 1], 0.0, 1.0))))
+    return cases
+
+
+def _argsort_cases() -> list[Case]:
+    """ARGSORT with distinct keys (a shuffled arithmetic sequence, exact in every type: at most
+    2048 values in F16, 256 in BF16): the device and ggml's CPU order ties differently (see
+    ops_reduce.c)."""
+    cases = []
+
+    def distinct(rng, shape):   # distinct over the whole tensor, so any permuted row is too
+        n = int(np.prod(shape))
+        return ((rng.permutation(n).astype(np.float64) - n / 2) / 4.0).reshape(shape).astype(np.float32)
+
+    def new(b, ttype, ne):
+        ne4 = list(ne) + [1] * (4 - len(ne))
+        return b.new(ttype, ne4, lambda rng, shape=tuple(reversed(ne4)): distinct(rng, shape))
+    for ttype, ne in [(F32, [16, 10, 10, 10]), (F32, [60, 10, 10, 10]), (F16, [16, 10, 3, 1]),
+                      (BF16, [64, 3, 1, 1]), (F32, [1, 5, 1, 1]), (F32, [1023, 2, 1, 1]),
+                      (F16, [128, 7, 1, 1]), (F32, [151, 4, 1, 1])]:
+        for order in (0, 1):
+            cases.append(Case("ARGSORT", {"type": ttype, "ne": ne, "order": order},
+                              lambda b, t=ttype, n=ne, o=order: b.ctx.argsort(new(b, t, n), o)))
+    # argsort_top_k (ggml_argsort_top_k): the first k columns of the descending order
+    for n_expert, k, n_tokens in [(16, 4, 1), (128, 8, 5), (60, 4, 3)]:
+        cases.append(Case("ARGSORT", {"type": F32, "ne": [n_expert, n_tokens], "top_k": k},
+                          lambda b, n=n_expert, k=k, t=n_tokens: b.ctx.argsort_top_k(new(b, F32, [n, t]), k)))
+    # a permuted source (rows not contiguous)
+    def perm_build(b):
+        base = new(b, F32, [5, 32, 3, 1])
+        return b.ctx.argsort(b.ctx.permute(base, 1, 0, 2, 3), 1)
+    cases.append(Case("ARGSORT", {"type": F32, "ne": [32, 5, 3, 1], "order": 1, "perm": [1, 0, 2, 3]},
+                      perm_build))
+    return cases
+
+
 def make_cases() -> list[Case]:
     """Every case, in a stable order (the default `test` list)."""
     return [*_binary_cases(), *_scale_cases(), *_rms_norm_cases(), *_mul_mat_cases(), *_mul_mat_id_cases(),
             *_get_rows_cases(), *_set_rows_cases(), *_cpy_cases(), *_rope_cases(),
             *_soft_max_cases(), *_flash_attn_cases(), *_glu_cases(), *_gelu_tanh_cases(),
-            *_argmax_cases()]
+            *_argmax_cases(), *_div_cases(), *_clamp_cases(), *_sum_rows_cases(),
+            *_argsort_cases()]
 
 
 def select_cases(cases: list[Case], ops: list[str] | None, pattern: str | None) -> list[Case]:

@@ -484,6 +484,126 @@ static void test_argmax_index_copy(void) {
     aclrtFree(px), aclrtFree(pi), aclrtFree(ps), aclrtFree(pr), aclrtFree(pn);
 }
 
+/* ---- ReduceSum and Argsort ---------------------------------------------------------------------- */
+/* Sums of the m rows (n each) of x over the last dim, keepDims, F32. */
+static void reduce_sum_rows(const float *x, int64_t m, int64_t n, float *y) {
+    int64_t dx[2] = {m, n}, dy[2] = {m, 1}, last = 1;
+    void *px = dev_from(x, (size_t)(m * n) * 4), *py = dev_from(NULL, (size_t)m * 4);
+    aclTensor *tx = acl_view(dx, 2, ACL_FLOAT, NULL, 0, px), *ty = acl_view(dy, 2, ACL_FLOAT, NULL, 0, py);
+    aclIntArray *dims = aclCreateIntArray(&last, 1);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    launch(aclnnReduceSumGetWorkspaceSize(tx, dims, true, ACL_FLOAT, ty, &ws, &ex), aclnnReduceSum, &ws, &ex);
+    to_host(y, py, (size_t)m * 4);
+    aclDestroyIntArray(dims);
+    aclDestroyTensor(tx), aclDestroyTensor(ty);
+    aclrtFree(px), aclrtFree(py);
+}
+
+/* Argsort of the m rows (n each) of F32 x along the last dim. */
+static void argsort_rows(const float *x, int64_t m, int64_t n, bool descending, int64_t *idx) {
+    int64_t dx[2] = {m, n};
+    void *px = dev_from(x, (size_t)(m * n) * 4), *pi = dev_from(NULL, (size_t)(m * n) * 8);
+    aclTensor *tx = acl_view(dx, 2, ACL_FLOAT, NULL, 0, px), *ti = acl_view(dx, 2, ACL_INT64, NULL, 0, pi);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    launch(aclnnArgsortGetWorkspaceSize(tx, -1, descending, ti, &ws, &ex), aclnnArgsort, &ws, &ex);
+    to_host(idx, pi, (size_t)(m * n) * 8);
+    aclDestroyTensor(tx), aclDestroyTensor(ti);
+    aclrtFree(px), aclrtFree(pi);
+}
+
+/* A digest of ReduceSum and Argsort (with ties) over 64 rows: the same for any thread count. */
+static uint64_t reduce_digest(void) {
+    int64_t m = 64, n = N;
+    float *x = malloc((size_t)(m * n) * 4), *y = malloc((size_t)m * 4);
+    int64_t *idx = malloc((size_t)(m * n) * 8);
+    uint32_t s = 5;
+    for (int64_t i = 0; i < m * n; i++) x[i] = (float)(int)(frand(&s) * 50.0f) * 0.5f; /* many ties */
+    reduce_sum_rows(x, m, n, y);
+    argsort_rows(x, m, n, true, idx);
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t b;
+        memcpy(&b, &y[i], 4);
+        h = (h ^ b) * 1099511628211ull;
+    }
+    for (int64_t i = 0; i < m * n; i++) h = (h ^ (uint64_t)idx[i]) * 1099511628211ull;
+    free(x), free(y), free(idx);
+    return h;
+}
+
+static void test_reduce_sum_argsort(void) {
+    /* ReduceSum: rows of a strided view (every other column), both keepDims, F16 in and out */
+    float x[4 * 6];
+    for (int i = 0; i < 24; i++) x[i] = (float)(i % 7) - 2.5f;
+    void *px = dev_from(x, sizeof x), *py = dev_from(NULL, 64);
+    int64_t dv[2] = {4, 3}, sv[2] = {6, 2}, dk[2] = {4, 1}, dn[1] = {4}, last = -1, d0 = 0;
+    aclTensor *tv = acl_view(dv, 2, ACL_FLOAT, sv, 0, px), *tk = acl_view(dk, 2, ACL_FLOAT, NULL, 0, py);
+    aclTensor *tn = acl_view(dn, 1, ACL_FLOAT, NULL, 0, py);
+    aclIntArray *dims = aclCreateIntArray(&last, 1), *dims0 = aclCreateIntArray(&d0, 1);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    float y[4];
+    launch(aclnnReduceSumGetWorkspaceSize(tv, dims, true, ACL_FLOAT, tk, &ws, &ex), aclnnReduceSum, &ws, &ex);
+    to_host(y, py, 16);
+    for (int r = 0; r < 4; r++) CHECK(y[r] == x[6 * r] + x[6 * r + 2] + x[6 * r + 4]);
+    int64_t d3[1] = {3};
+    aclTensor *t3 = acl_view(d3, 1, ACL_FLOAT, NULL, 0, py);
+    launch(aclnnReduceSumGetWorkspaceSize(tv, dims0, false, ACL_FLOAT, t3, &ws, &ex), aclnnReduceSum, &ws, &ex);
+    aclDestroyTensor(t3);
+    to_host(y, py, 12);
+    for (int c = 0; c < 3; c++) CHECK(y[c] == x[2 * c] + x[6 + 2 * c] + x[12 + 2 * c] + x[18 + 2 * c]);
+    /* refusals: out dtype differs from dtype, a dim out of range or repeated, the wrong out shape,
+     * an empty dims list (not implemented), complex dtype */
+    aclTensor *th = acl_view(dk, 2, ACL_FLOAT16, NULL, 0, py);
+    int64_t rep[2] = {1, -1}, far = 2;
+    aclIntArray *drep = aclCreateIntArray(rep, 2), *dfar = aclCreateIntArray(&far, 1), *dnone = aclCreateIntArray(rep, 0);
+    CHECK(refused(aclnnReduceSumGetWorkspaceSize(tv, dims, true, ACL_FLOAT, th, &ws, &ex), "aclnnReduceSum", "dtype"));
+    CHECK(refused(aclnnReduceSumGetWorkspaceSize(tv, dfar, true, ACL_FLOAT, tk, &ws, &ex), "aclnnReduceSum", "dims"));
+    CHECK(refused(aclnnReduceSumGetWorkspaceSize(tv, drep, true, ACL_FLOAT, tk, &ws, &ex), "aclnnReduceSum", "twice"));
+    CHECK(refused(aclnnReduceSumGetWorkspaceSize(tv, dims, false, ACL_FLOAT, tk, &ws, &ex), "aclnnReduceSum", "out"));
+    CHECK(refused(aclnnReduceSumGetWorkspaceSize(tv, dnone, true, ACL_FLOAT, tk, &ws, &ex), "aclnnReduceSum", "empty"));
+    CHECK(aclnnReduceSumGetWorkspaceSize(tv, NULL, true, ACL_FLOAT, tk, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+    CHECK(aclnnReduceSumGetWorkspaceSize(tv, dims, true, ACL_FLOAT16, th, &ws, &ex) == ACLNN_SUCCESS);
+    CHECK(aclDestroyAclOpExecutor(ex) == ACLNN_SUCCESS);
+    aclDestroyIntArray(drep), aclDestroyIntArray(dfar), aclDestroyIntArray(dnone);
+    aclDestroyIntArray(dims), aclDestroyIntArray(dims0);
+    aclDestroyTensor(tv), aclDestroyTensor(tk), aclDestroyTensor(tn), aclDestroyTensor(th);
+    aclrtFree(px), aclrtFree(py);
+
+    /* Argsort: ties in ascending index order both ways, NaN above every number, -0 == 0 */
+    const float row[8] = {3.0f, 1.0f, NAN, 1.0f, -0.0f, 3.0f, 0.0f, -INFINITY};
+    int64_t idx[8];
+    argsort_rows(row, 1, 8, false, idx);
+    const int64_t asc[8] = {7, 4, 6, 1, 3, 0, 5, 2}, desc[8] = {2, 0, 5, 1, 3, 4, 6, 7};
+    CHECK(memcmp(idx, asc, sizeof asc) == 0);
+    argsort_rows(row, 1, 8, true, idx);
+    CHECK(memcmp(idx, desc, sizeof desc) == 0);
+    /* along dim 0 of a [3, 2] INT32 tensor */
+    int32_t xi[6] = {5, -1, 2, 7, -9, 0};
+    int64_t d32[2] = {3, 2}, oi[6];
+    void *pxi = dev_from(xi, 24), *poi = dev_from(NULL, 48);
+    aclTensor *txi = acl_view(d32, 2, ACL_INT32, NULL, 0, pxi), *toi = acl_view(d32, 2, ACL_INT64, NULL, 0, poi);
+    launch(aclnnArgsortGetWorkspaceSize(txi, 0, false, toi, &ws, &ex), aclnnArgsort, &ws, &ex);
+    to_host(oi, poi, 48);
+    const int64_t want[6] = {2, 0, 1, 2, 0, 1};
+    CHECK(memcmp(oi, want, sizeof want) == 0);
+    /* refusals: out INT64 of self's shape, dim inside the rank, no DOUBLE / BOOL self */
+    aclTensor *to32 = acl_view(d32, 2, ACL_INT32, NULL, 0, poi), *tof = acl_view(dn, 1, ACL_INT64, NULL, 0, poi);
+    aclTensor *txd = acl_view(d32, 2, ACL_DOUBLE, NULL, 0, poi), *txb = acl_view(d32, 2, ACL_BOOL, NULL, 0, pxi);
+    CHECK(refused(aclnnArgsortGetWorkspaceSize(txi, 0, false, to32, &ws, &ex), "aclnnArgsort", "out"));
+    CHECK(refused(aclnnArgsortGetWorkspaceSize(txi, 0, false, tof, &ws, &ex), "aclnnArgsort", "out"));
+    CHECK(refused(aclnnArgsortGetWorkspaceSize(txi, 2, false, toi, &ws, &ex), "aclnnArgsort", "dim"));
+    CHECK(refused(aclnnArgsortGetWorkspaceSize(txi, -3, false, toi, &ws, &ex), "aclnnArgsort", "dim"));
+    CHECK(refused(aclnnArgsortGetWorkspaceSize(txd, 0, false, toi, &ws, &ex), "aclnnArgsort", "self"));
+    CHECK(refused(aclnnArgsortGetWorkspaceSize(txb, 0, false, toi, &ws, &ex), "aclnnArgsort", "self"));
+    CHECK(aclnnArgsortGetWorkspaceSize(NULL, 0, false, toi, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+    aclDestroyTensor(txi), aclDestroyTensor(toi), aclDestroyTensor(to32), aclDestroyTensor(tof);
+    aclDestroyTensor(txd), aclDestroyTensor(txb);
+    aclrtFree(pxi), aclrtFree(poi);
+}
+
 /* The digests of row 0 and of the activations under CANN_LLM_THREADS=n, from a child process. */
 static uint64_t child_digest(const char *self, int threads, const char *isa, uint64_t *act) {
     char cmd[1024];
@@ -502,7 +622,8 @@ int main(int argc, char **argv) {
     CHECK(aclrtCreateStream(&stream) == ACL_SUCCESS);
     if (argc > 1 && strcmp(argv[1], "--digest") == 0) {
         float *r = malloc(N * 4), *s = malloc(N * 4);
-        printf("%llx %llx\n", (unsigned long long)batch_row0(64, r, s), (unsigned long long)act_digest());
+        printf("%llx %llx\n", (unsigned long long)batch_row0(64, r, s),
+               (unsigned long long)(act_digest() ^ reduce_digest()));
         fflush(stdout); /* before any exit-time sanitizer report */
         free(r), free(s);
         return 0;
@@ -514,6 +635,7 @@ int main(int argc, char **argv) {
     test_sin_cos_div();
     test_clamp_isneginf();
     test_argmax_index_copy();
+    test_reduce_sum_argsort();
     test_documented_refusals();
     float *r = malloc(N * 4), *s = malloc(N * 4);
     const char *isa = getenv("CANN_LLM_HOST_ISA") ? getenv("CANN_LLM_HOST_ISA") : "avx512";
@@ -522,7 +644,7 @@ int main(int argc, char **argv) {
     CHECK(t1 != 0 && t1 == h1 && t2 == h1);
     /* GeluV2 / Tanh: the same bits for any thread count, and on the scalar path */
     child_digest(argv[0], 2, "scalar", &a3);
-    CHECK(a1 != 0 && a1 == act_digest() && a2 == a1 && a3 == a1);
+    CHECK(a1 != 0 && a1 == (act_digest() ^ reduce_digest()) && a2 == a1 && a3 == a1);
     free(r), free(s);
     aclrtDestroyStream(stream);
     aclrtResetDevice(0);

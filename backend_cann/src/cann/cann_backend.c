@@ -137,6 +137,10 @@ static const op_entry op_table[CLM_OP_COUNT] = {
     [CLM_OP_UNARY] = {cann_supports_unary, NULL, cann_op_unary},
     [CLM_OP_GLU] = {cann_supports_glu, NULL, cann_op_glu},
     [CLM_OP_ARGMAX] = {cann_supports_argmax, NULL, cann_op_argmax},
+    [CLM_OP_ARGSORT] = {cann_supports_argsort, NULL, cann_op_argsort},
+    [CLM_OP_SUM_ROWS] = {cann_supports_sum_rows, NULL, cann_op_sum_rows},
+    [CLM_OP_CLAMP] = {cann_supports_clamp, NULL, cann_op_clamp},
+    [CLM_OP_DIV] = {cann_supports_binary, NULL, cann_op_binary},
 };
 
 bool cann_supports_op(clm_device *dev, const clm_tensor *op) {

@@ -138,7 +138,7 @@ void cann_destroy_tensors(int n, ...);
 
 /* ---- op families ------------------------------------------------------------------------------ */
 bool cann_supports_binary(const clm_tensor *op);
-clm_status cann_op_binary(cann_backend_ctx *ctx, clm_tensor *dst);  /* ADD, MUL */
+clm_status cann_op_binary(cann_backend_ctx *ctx, clm_tensor *dst);  /* ADD, MUL, DIV */
 bool cann_supports_cpy(const clm_tensor *op);
 clm_status cann_op_cpy(cann_backend_ctx *ctx, clm_tensor *dst);     /* CPY, DUP, CONT */
 bool cann_supports_mul_mat(const clm_tensor *op);
@@ -165,6 +165,12 @@ bool cann_supports_glu(const clm_tensor *op);
 clm_status cann_op_glu(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_argmax(const clm_tensor *op);
 clm_status cann_op_argmax(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_sum_rows(const clm_tensor *op);
+clm_status cann_op_sum_rows(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_argsort(const clm_tensor *op);
+clm_status cann_op_argsort(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_clamp(const clm_tensor *op);
+clm_status cann_op_clamp(cann_backend_ctx *ctx, clm_tensor *dst);
 /* ---- prepare hooks: the per-graph pre-pass ---------------------------------------------------
  * graph_compute calls an op's prepare for each supported node of a graph that runs eagerly (an
  * eager run, or a capture miss before it is recorded), never on a replay: it creates the

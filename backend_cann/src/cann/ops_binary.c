@@ -1,4 +1,5 @@
-/* ops_binary.c - ADD and MUL with ggml broadcasting, via aclnnAdd / aclnnMul. */
+/* ops_binary.c - ADD, MUL and DIV with ggml broadcasting, via aclnnAdd / aclnnMul / aclnnDiv (true
+ * division; the result in dst's type, a's). */
 #include "cann/cann_common.h"
 
 static bool is_float_type(int32_t type) {
@@ -27,6 +28,8 @@ clm_status cann_op_binary(cann_backend_ctx *ctx, clm_tensor *dst) {
         aclScalar *alpha = aclCreateScalar(&one, ACL_FLOAT);
         st = CANN_ACLNN(ctx, Add, acl_src0, acl_src1, alpha, acl_dst);
         aclDestroyScalar(alpha);
+    } else if (dst->op == CLM_OP_DIV) {
+        st = CANN_ACLNN(ctx, Div, acl_src0, acl_src1, acl_dst);
     } else {
         st = CANN_ACLNN(ctx, Mul, acl_src0, acl_src1, acl_dst);
     }
