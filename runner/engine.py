@@ -403,6 +403,10 @@ class Engine:
             if any(s in seq._generated_text for s in seq.stop_text):
                 seq.finish_reason = "stop"
                 return token
+        matcher = seq.sampler.matcher
+        if matcher is not None and matcher.done:    # the grammar is complete: only EOS can follow
+            seq.finish_reason = "stop"
+            return token
         if seq.max_tokens is not None and len(seq.generated) >= seq.max_tokens:
             seq.finish_reason = "length"
             return token

@@ -469,11 +469,14 @@ class Model:
                  top_p=_SP.top_p, min_p=_SP.min_p, repeat_penalty=_SP.repeat_penalty,
                  repeat_last_n=_SP.repeat_last_n, presence_penalty=_SP.presence_penalty,
                  frequency_penalty=_SP.frequency_penalty, logit_bias=None, seed=None,
-                 stop=None) -> Iterator[int]:
+                 stop=None, response_format=None, grammar=None) -> Iterator[int]:
         """Yield generated token ids as they come. Stops at an end-of-generation token (not
         yielded), after max_tokens, at a token id listed in `stop` (not yielded) or once the
         generated text contains a string listed in `stop` (its last token is yielded). `ids` are
         token ids, or a text, tokenized as a raw completion prompt (Model.tokenize).
+        response_format: OpenAI's {"type": "json_object"} or {"type": "json_schema",
+        "json_schema": {"name", "schema"}}; grammar: GBNF text or a cann_llm.grammar.Grammar.
+        Either constrains the output (cann_llm.grammar).
         Runs as sequence 0 of self.engine; the cells it leaves are reused by the next call
         whose prompt shares a prefix with this one's tokens."""
         if isinstance(ids, str):
@@ -486,7 +489,8 @@ class Model:
                                 presence_penalty=presence_penalty,
                                 frequency_penalty=frequency_penalty,
                                 logit_bias=dict(logit_bias or {}),
-                                seed=-1 if seed is None else seed)
+                                seed=-1 if seed is None else seed,
+                                grammar=self._grammar(response_format, grammar))
         engine = self.engine
         old = engine.seqs.get(0)
         if old is not None:                 # an earlier generate() left unfinished
@@ -518,6 +522,17 @@ class Model:
             if seq.t_prompt_done is not None:
                 self._timings.update(gen_tokens=n_gen, gen_ms=(
                     time.perf_counter() - seq.t_prompt_done) * 1e3)
+
+    def _grammar(self, response_format, grammar):
+        if response_format is not None:
+            if grammar is not None:
+                raise ValueError("give response_format or grammar, not both")
+            from .grammar import from_response_format
+            return from_response_format(self.tokenizer, response_format)
+        if isinstance(grammar, str):
+            from .grammar import compile
+            return compile(self.tokenizer, "gbnf", grammar)
+        return grammar
 
     def chat(self, messages, max_tokens=512, stop=None, **sampling) -> Iterator[str]:
         """Apply the chat template to `messages` and stream the answer's text."""

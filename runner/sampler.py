@@ -1,7 +1,11 @@
 """Token sampling on the host logits, with llama.cpp's semantics and default order.
 
 The chain, as llama.cpp's common sampler builds it by default (logit bias first, then
-"penalties; top_k; top_p; min_p; temperature", then the draw):
+"penalties; top_k; top_p; min_p; temperature", then the draw), after the grammar's mask:
+
+0. grammar         with a grammar (cann_llm.grammar), the tokens it does not allow next are
+                   set to -inf before anything else, so no bias or penalty brings them back;
+                   the drawn token advances this sampler's own matcher.
 
 1. logit_bias      logits[id] += bias; a bias of -inf bans the token.
 2. penalties       over the last `repeat_last_n` tokens of the history (-1: all of it, 0: off).
@@ -56,7 +60,8 @@ class Sampler:
                  min_p=_D.min_p, repeat_penalty=_D.repeat_penalty,
                  repeat_last_n=_D.repeat_last_n, presence_penalty=_D.presence_penalty,
                  frequency_penalty=_D.frequency_penalty,
-                 logit_bias: dict[int, float] | None = None, seed: int | None = None):
+                 logit_bias: dict[int, float] | None = None, seed: int | None = None,
+                 grammar=None):
         self.temperature = _finite("temperature", temperature)
         self.top_k = int(top_k)
         self.top_p = _finite("top_p", top_p)
@@ -92,6 +97,8 @@ class Sampler:
             seed = int(np.random.SeedSequence().entropy % (1 << 32))
         self.seed = int(seed)
         self._rng = np.random.default_rng(self.seed)
+        self.grammar = grammar
+        self.matcher = grammar.matcher() if grammar is not None else None
 
     @property
     def greedy(self) -> bool:
@@ -102,6 +109,8 @@ class Sampler:
         if seed is not None:
             self.seed = int(seed)
         self._rng = np.random.default_rng(self.seed)
+        if self.grammar is not None:
+            self.matcher = self.grammar.matcher()
 
     # -- the chain --------------------------------------------------------------------------
 
@@ -210,15 +219,22 @@ class Sampler:
         top = logits.max()                    # one pass: NaN propagates through max
         if np.isnan(top) or top == np.inf:
             raise ValueError("logits hold NaN or +inf values: refusing to sample a token from them")
-        logits = self.apply_penalties(logits, history)
+        if self.matcher is not None:
+            logits = self.matcher.mask(logits)
+        token = self._pick(self.apply_penalties(logits, history))
+        if self.matcher is not None:
+            self.matcher.accept(token)
+        return token
+
+    def _pick(self, logits: np.ndarray) -> int:
         if self.greedy:
             best = int(np.argmax(logits))     # first maximum: the lowest id
             if logits[best] == -np.inf:
-                raise ValueError("every token is banned (all logits are -inf)")
+                raise ValueError(self._all_banned())
             return best
         ids, vals = self.candidates(logits)
         if ids.size == 0:
-            raise ValueError("every token is banned (all logits are -inf)")
+            raise ValueError(self._all_banned())
         if ids.size == 1:
             return int(ids[0])
         p = np.exp((vals - vals.max()) * np.float32(1.0 / self.temperature))
@@ -227,9 +243,18 @@ class Sampler:
         i = int(np.searchsorted(cum, u, side="right"))
         return int(ids[min(i, ids.size - 1)])
 
+    def _all_banned(self) -> str:
+        if self.matcher is not None:
+            return ("every token is banned (all logits are -inf): the logit bias bans every "
+                    "token the grammar allows")
+        return "every token is banned (all logits are -inf)"
+
     def probabilities(self, logits: np.ndarray, history: Sequence[int] = ()):
         """(ids, probabilities) the draw would use: for tests and `--verbose` inspection."""
-        logits = self.apply_penalties(np.asarray(logits, dtype=np.float32), history)
+        logits = np.asarray(logits, dtype=np.float32)
+        if self.matcher is not None:
+            logits = self.matcher.mask(logits)
+        logits = self.apply_penalties(logits, history)
         if self.greedy:
             return np.array([int(np.argmax(logits))]), np.array([1.0])
         ids, vals = self.candidates(logits)

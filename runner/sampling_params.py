@@ -34,6 +34,7 @@ class SamplingParams:
     frequency_penalty: float = _opt(0.0, ["--frequency-penalty"], "0 off (0.0)")
     seed: int = _opt(-1, ["-s", "--seed"], "RNG seed; -1 random (-1)")
     logit_bias: dict = field(default_factory=dict)        # token id -> bias; no CLI flag
+    grammar: object = None      # a cann_llm.grammar.Grammar constraining the output; no flag
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -57,4 +58,4 @@ class SamplingParams:
                        min_p=self.min_p, repeat_penalty=self.repeat_penalty,
                        repeat_last_n=self.repeat_last_n, presence_penalty=self.presence_penalty,
                        frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
-                       seed=self.seed)
+                       seed=self.seed, grammar=self.grammar)
