@@ -43,6 +43,11 @@ bool rule_of(ggml_op op, op_rule *rule) {
         case GGML_OP_ARGMAX: *rule = {CLM_OP_ARGMAX, 1}; return true;
         case GGML_OP_UNARY: *rule = {CLM_OP_UNARY, 1}; return true;
         case GGML_OP_GLU: *rule = {CLM_OP_GLU, 2}; return true;
+        case GGML_OP_DIV: *rule = {CLM_OP_DIV, 2}; return true;
+        case GGML_OP_CLAMP: *rule = {CLM_OP_CLAMP, 1}; return true;        // op_params {min, max}: the same
+        case GGML_OP_SUM_ROWS: *rule = {CLM_OP_SUM_ROWS, 1}; return true;
+        case GGML_OP_ARGSORT: *rule = {CLM_OP_ARGSORT, 1}; return true;    // op_params[0]: ggml's sort order
+        case GGML_OP_MUL_MAT_ID: *rule = {CLM_OP_MUL_MAT_ID, 3}; return true;  // experts, b, ids
         default: return false;
     }
 }
@@ -133,6 +138,17 @@ bool map_op(const ggml_tensor *g, int32_t *op, int32_t op_params[CLM_MAX_OP_PARA
             case GGML_GLU_OP_GEGLU_ERF: op_params[0] = CLM_GLU_OP_GEGLU_ERF; break;
             default: return false;
         }
+    }
+    if (rule.op == CLM_OP_MUL_MAT || rule.op == CLM_OP_MUL_MAT_ID) {
+        // op_params[3]: the lowest precision src1 may be converted to (ggml_prec_set_src, 0 = any;
+        // ranks F32 10 < BF16 15 < F16 20). The device casts the activations to F16 for quantized
+        // weights and to BF16 for BF16 weights (F32 / F16 weights keep them F32).
+        const int32_t prec = g->op_params[3];
+        const int32_t wtype = g->src[0] != nullptr ? stored_type(g->src[0]) : CLM_TYPE_F32;
+        const int32_t needs = wtype == CLM_TYPE_F32 || wtype == CLM_TYPE_F16 ? 10
+                              : wtype == CLM_TYPE_BF16                      ? 15
+                                                                            : 20;
+        if (prec != 0 && prec < needs) return false;
     }
     if (rule.op == CLM_OP_FLASH_ATTN_EXT) {
         op_params[CLM_FA_MASK_BINARY] = 0;   // ggml's masks may hold any finite bias
