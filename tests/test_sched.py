@@ -149,7 +149,7 @@ def test_gelu_geglu_tanh_on_device_and_cpu_agree(device):
         np.testing.assert_allclose(got, expect.reshape(got.shape), rtol=1e-5, atol=1e-6)
 
 
-# ---- the MoE FFN ops: the device declines them, the splitter runs them on the CPU reference ------
+# ---- the MoE FFN ops: on the device, or declined and run on the CPU reference between splits ---
 
 MOE_OPS = {Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.DIV, Op.MUL_MAT_ID}
 
@@ -239,3 +239,31 @@ def test_moe_ops_fall_back_to_cpu(device):
     want = ref.evaluate(g2, {x2: x_val, **{t: t.get() for t in w.values()}})[out2]
     np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(got, _moe_loop(w, x_val), rtol=1e-3, atol=1e-4)
+
+
+def test_moe_ops_on_the_device(device):
+    """The same FFN with the five ops on the device: one split, no CPU node; the result matches
+    the fallback run, the reference's evaluate() and the token-by-token loop (the routing rows are
+    random floats, so the top-k has no ties for the device and ggml's CPU to order differently).
+    Six tokens with repeated experts, so every expert slice is gathered more than once. The
+    quantized experts take F16 activations and give F16 results on the device (as MUL_MAT), so
+    the comparison is by relative error norm (MUL_MAT's test-ops NMSE 5e-4 is a norm of 2.2e-2)."""
+    wctx, wbuf, w = _moe_weights(device)
+    ctx, g, x, out = _moe_ffn(w, n_tokens=6)
+    sched = Scheduler([DeviceSlot(device)])
+    plan = sched.plan(g, {"x": x}, {"out": out})
+    placed = {plan.nodes[i].op for i, s in enumerate(plan.assign) if s != sched.cpu}
+    assert MOE_OPS <= placed
+    assert all(s != sched.cpu for s in plan.assign)
+    x_val = RNG.standard_normal((6, 32)).astype(np.float32)
+    got = plan.run({"x": x_val})["out"].astype(np.float64)
+
+    def rel(want):
+        want = np.asarray(want, dtype=np.float64).reshape(got.shape)
+        return np.linalg.norm(got - want) / np.linalg.norm(want)
+    ctx2, g2, x2, out2 = _moe_ffn(w, n_tokens=6)
+    fallback = Scheduler([DeviceSlot(device, decline=MOE_OPS)]).plan(g2, {"x": x2}, {"out": out2})
+    assert rel(fallback.run({"x": x_val})["out"]) < 5e-3
+    ctx3, g3, x3, out3 = _moe_ffn(w, n_tokens=6)
+    assert rel(ref.evaluate(g3, {x3: x_val, **{t: t.get() for t in w.values()}})[out3]) < 5e-3
+    assert rel(_moe_loop(w, x_val)) < 5e-3
