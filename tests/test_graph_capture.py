@@ -251,3 +251,51 @@ def test_replays_without_the_pre_pass_interleaved_with_misses(clm, device):
     finally:
         for rope in (a, b, *fresh):
             rope.close()
+
+
+def test_moe_ops_replay_with_new_expert_ids(clm, device):
+    """Qwen3-MoE's router and experts (ARGSORT top-k, SUM_ROWS, CLAMP, DIV, MUL_MAT_ID on Q4_0 and
+    F16 experts): the ids stay on the device, so a replay with other router logits (other experts
+    chosen, repeated within and across tokens) gives the eager bytes; nothing is copied from the
+    host or synchronized inside the captured graph (acl_host refuses that during capture)."""
+    n_embd, n_ff, n_expert, n_used, n_tokens = 64, 32, 8, 3, 5
+    ctx = clm.Context(64)
+    x = ctx.new_tensor(clm.TensorType.F32, [n_embd, n_tokens], name="x")
+    logits = ctx.new_tensor(clm.TensorType.F32, [n_expert, n_tokens], name="logits")
+    up = ctx.new_tensor(clm.TensorType.Q4_0, [n_embd, n_ff, n_expert], name="up")
+    down = ctx.new_tensor(clm.TensorType.F16, [n_ff, n_embd, n_expert], name="down")
+    ids = ctx.argsort_top_k(logits, n_used)                                      # [n_used, n_tokens]
+    order = ids.src[0]                                                           # the whole ARGSORT
+    h = ctx.mul_mat_id(up, ctx.reshape(x, [n_embd, 1, n_tokens]), ids)          # [n_ff, n_used, n_tokens]
+    y = ctx.mul_mat_id(down, h, ids)                                             # [n_embd, n_used, n_tokens]
+    total = ctx.clamp(ctx.sum_rows(y), -4.0, 4.0)                                # [1, n_used, n_tokens]
+    out = ctx.div(y, ctx.add(ctx.scale(ctx.clamp(total, 0.5, 1.0), 1.0, 0.0), total))
+    graph = ctx.new_graph().build_forward(out)
+    buffer = ctx.alloc_tensors(device.buffer_type)
+    rng = np.random.default_rng(3)
+    up.set(clm.quantize_f32(clm.TensorType.Q4_0, rng.standard_normal((n_expert, n_ff, n_embd))
+                            .astype(np.float32)).reshape(n_expert, n_ff, -1))
+    down.set((0.3 * rng.standard_normal((n_expert, n_embd, n_ff))).astype(np.float16))
+
+    def run(backend, seed):
+        r = np.random.default_rng(seed)
+        x.set(r.standard_normal((n_tokens, n_embd)).astype(np.float32))
+        # a permutation per token, some tokens sharing their top experts
+        rows = [r.permutation(n_expert) for _ in range(n_tokens)]
+        rows[-1] = rows[0]
+        logits.set(np.array(rows, dtype=np.float32))
+        backend.graph_compute(graph)
+        backend.synchronize()
+        return out.get().tobytes(), order.get().tobytes()
+
+    try:
+        with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as captured:
+            want = [run(eager, seed) for seed in range(4)]
+            got = [run(captured, seed) for seed in range(4)]
+            assert len({w[1] for w in want}) == 4             # other experts each time
+            assert got == want
+            stats = captured.stats()
+            assert (stats["graph_captures"], stats["graph_replays"]) == (1, 3)
+    finally:
+        buffer.close()
+        ctx.close()
