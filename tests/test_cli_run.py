@@ -265,6 +265,33 @@ def test_bad_inputs_on_the_command_line(case, tmp_path, default_model_path):
 
 
 @pytest.mark.slow
+def test_run_json_schema_and_grammar_files(tmp_path, default_model_path):
+    import json
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "big": {"type": "boolean"}},
+              "required": ["city", "big"], "additionalProperties": False}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    r = _cann_llm("run", "--json-schema", str(tmp_path / "s.json"), "-p",
+                  "Name a city in France as JSON.", "-n", "60", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert set(answer) == {"city", "big"} and isinstance(answer["big"], bool)
+    (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
+    r = _cann_llm("run", "--grammar", str(tmp_path / "g.gbnf"), "-p", "Is Paris in France?",
+                  "-n", "8", "--temp", "0")
+    assert r.returncode == 0 and r.stdout.strip() in ("yes", "no"), (r.stdout, r.stderr)
+    (tmp_path / "bad.json").write_text('{"type": "nope"}')
+    err = _one_line_error(_cann_llm("run", "--json-schema", str(tmp_path / "bad.json"), "-p",
+                                    "hi"))
+    assert err.startswith("cann-llm: --json-schema: JSON schema") and "nope" in err, err
+    err = _one_line_error(_cann_llm("run", "--json-schema", str(tmp_path / "s.json"),
+                                    "--grammar", str(tmp_path / "g.gbnf"), "-p", "hi"))
+    assert "do not go together" in err
+    err = _one_line_error(_cann_llm("run", "--grammar", str(tmp_path / "none.gbnf"), "-p", "hi"))
+    assert "--grammar" in err
+
+
+@pytest.mark.slow
 def test_bench_small(default_model_path):
     r = _cann_llm("bench", "-p", "16", "-n", "4", "-r", "1", "--llamacpp", "off")
     assert r.returncode == 0, r.stderr

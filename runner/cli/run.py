@@ -121,6 +121,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "context; default -1)")
     from ..sampling_params import SamplingParams
     SamplingParams.add_arguments(p.add_argument_group("sampling (llama.cpp's defaults and order)"))
+    g = p.add_argument_group("constrained output (one of them)")
+    g.add_argument("--json-schema", default=None, metavar="FILE",
+                   help="the answer is compact JSON that validates against the JSON schema in "
+                        "FILE")
+    g.add_argument("--grammar", default=None, metavar="FILE",
+                   help="the answer matches the GBNF (llama.cpp) or Lark grammar in FILE")
     add_model_arguments(p)
 
 
@@ -139,9 +145,37 @@ def sampling_kwargs(args) -> dict:
                 msg = f.metadata["flags"][-1] + msg[len(f.name):]
                 break
         raise RunError(msg) from None
-    kw = {k: v for k, v in asdict(params).items() if k != "logit_bias"}
+    kw = {k: v for k, v in asdict(params).items() if k not in ("logit_bias", "grammar")}
     kw["seed"] = sampler.seed            # a concrete seed, printed with -v
     return kw
+
+
+def _read_constraint(args) -> tuple[str, str] | None:
+    """(kind, text) of --json-schema or --grammar, read and checked as text (compiled once the
+    vocabulary is loaded)."""
+    if args.json_schema is not None and args.grammar is not None:
+        raise RunError("--json-schema and --grammar do not go together")
+    flag, kind, path = (("--json-schema", "json_schema", args.json_schema)
+                        if args.json_schema is not None else ("--grammar", "gbnf", args.grammar))
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunError(f"{flag} {path}: {getattr(e, 'strerror', None) or e}") from None
+    return flag, kind, text
+
+
+def _compile_constraint(model, constraint):
+    if constraint is None:
+        return None
+    from ..grammar import GrammarError, compile
+    flag, kind, text = constraint
+    try:
+        return compile(model.tokenizer, kind, text)
+    except GrammarError as e:
+        raise RunError(f"{flag}: {e}") from None
 
 
 def _prompt_text(args) -> str | None:
@@ -280,6 +314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise RunError(f"-n/--n-predict must be >= -1 (-1: no limit), got {args.n_predict}")
     sampling = sampling_kwargs(args)
     _check_model_arguments(args)
+    constraint = _read_constraint(args)
     prompt = _prompt_text(args)
     path = resolve_model(args.model)
     if args.raw and prompt is None:
@@ -289,6 +324,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..kv_cache import ContextFullError
     model = load_model(args, path)
     try:
+        sampling["grammar"] = _compile_constraint(model, constraint)
         if args.verbose:
             _err(f"cann-llm: sampling: temp {args.temp}, top_k {args.top_k}, top_p {args.top_p}, "
                  f"min_p {args.min_p}, repeat_penalty {args.repeat_penalty} (last "
