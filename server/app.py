@@ -30,6 +30,7 @@ from .errors import APIError, install_handlers
 from .metrics import CONTENT_TYPE, Metrics
 from .output import ChoiceOutput
 from .reasoning import prompt_opens_thinking
+from .tools import call_grammar, prepare_messages, template_takes_tools
 
 __all__ = ["create_app"]
 
@@ -255,6 +256,43 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
             raise APIError(400, str(e), param=str(e).split(" ")[0]) from None
         return params
 
+    async def constrain(body, model, params: SamplingParams) -> None:
+        """Compile the request's response_format or grammar into params.grammar (a 400 naming
+        the problem when the engine cannot compile it)."""
+        from cann_llm.grammar import GrammarError, compile as compile_grammar
+        rf = getattr(body, "response_format", None)
+        if rf is not None and rf.type != "text":
+            field = "response_format"
+            if rf.type == "json_object":
+                args = ("json_object", None, None)
+            else:
+                schema = rf.json_schema.schema_
+                args = ("json_schema", {"type": "object"} if schema is None else schema,
+                        rf.json_schema.name)
+        elif body.grammar is not None:
+            field, args = "grammar", ("gbnf", body.grammar, None)
+        else:
+            return
+        try:
+            params.grammar = await run_in_threadpool(compile_grammar, model.tokenizer, *args)
+        except GrammarError as e:
+            raise APIError(400, f"{field}: {e}", param=field,
+                           code="invalid_grammar" if field == "grammar" else "invalid_schema"
+                           ) from None
+
+    async def force_call(model, params: SamplingParams, tools: list, body) -> None:
+        """tool_choice "required" or a named function: a grammar that allows only calls (of
+        that function) whose arguments validate against its parameters."""
+        from cann_llm.grammar import GrammarError, compile as compile_grammar
+        name = None if body.tool_choice == "required" else body.tool_choice.function.name
+        lark = call_grammar(tools, name, parallel=body.parallel_tool_calls is not False)
+        try:
+            params.grammar = await run_in_threadpool(compile_grammar, model.tokenizer, "lark",
+                                                     lark)
+        except GrammarError as e:
+            raise APIError(400, f"tools: a function's parameters do not compile: {e}",
+                           param="tools", code="invalid_schema") from None
+
     def check_request(body) -> None:
         check_model(body.model)
         why = body.unsupported()
@@ -364,17 +402,20 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                         if err is not None:
                             raise err
                         o = outs[ev.choice]
+                        n_calls = len(o.tool_calls)      # calls already sent
                         reasoning, content, lps = o.add(ev.token, ev.logprob)
                         if ev.finish_reason is not None:
                             r2, c2 = o.finish(ev.finish_reason)
                             reasoning, content = reasoning + r2, content + c2
-                        if reasoning or content or lps:
-                            yield chunk(delta(o, reasoning, content, lps, None, chat))
+                        calls = o.take_calls()
+                        if reasoning or content or lps or calls:
+                            yield chunk(delta(o, reasoning, content, lps, None, chat,
+                                              calls, n_calls))
                         if ev.finish_reason is not None:
                             left -= 1
                             if not left:   # the chunk that ends the response carries usage
                                 u = usage(job, outs)
-                            yield chunk(delta(o, "", "", [], public_reason(ev.finish_reason),
+                            yield chunk(delta(o, "", "", [], public_reason(o.finish_reason),
                                               chat), None if left else u)
             except Exception as exc:     # after the 200: the error travels as an event
                 yield sse(engine_error(exc).body())
@@ -389,20 +430,23 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
             if not finished:
                 engine_loop.cancel(job)
 
-    def delta(o: ChoiceOutput, reasoning: str, content: str, lps: list, finish, chat: bool):
+    def delta(o: ChoiceOutput, reasoning: str, content: str, lps: list, finish, chat: bool,
+              calls=(), first_call: int = 0):
         if chat:
             d = {}
             if reasoning:
                 d["reasoning_content"] = reasoning
             if content:
                 d["content"] = content
+            if calls:         # each call whole in one delta, numbered within the choice
+                d["tool_calls"] = [{"index": first_call + k, **c} for k, c in enumerate(calls)]
             lp = {"content": lps} if (o.logprobs is not None and lps) else None
             return {"index": o.index, "delta": d, "logprobs": lp, "finish_reason": finish}
         lp = lps[0] if lps else None
         return {"index": o.index, "text": content, "logprobs": lp, "finish_reason": finish}
 
     def public_reason(reason: str) -> str:
-        return "length" if reason == "length" else "stop"
+        return reason if reason in ("length", "tool_calls") else "stop"
 
     @app.post("/v1/chat/completions", response_model=S.ChatCompletion,
               responses={200: {"content": {"text/event-stream": {}}},
@@ -413,13 +457,30 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         model = model_of()
         check_request(body)
         params = sampling(body, model)
-        messages = [{"role": "system" if m.role == "developer" else m.role,
-                     "content": m.text()} for m in body.messages]
+        await constrain(body, model, params)
+        messages = []
+        for m in body.messages:
+            msg = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            if m.tool_calls:
+                msg["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+            if m.tool_call_id is not None:
+                msg["tool_call_id"] = m.tool_call_id
+            if m.name is not None and m.role == "tool":
+                msg["name"] = m.name
+            messages.append(msg)
         kwargs = dict(body.chat_template_kwargs or {})
-        for reserved in ("messages", "add_generation_prompt"):
+        for reserved in ("messages", "add_generation_prompt", "tools"):
             if reserved in kwargs:
                 raise APIError(400, f"chat_template_kwargs may not set '{reserved}'",
                                param="chat_template_kwargs")
+        tools = [t.model_dump(exclude_none=True) for t in body.tools or []] \
+            if body.tool_choice != "none" else []
+        native = template_takes_tools(model.chat_template.source)
+        messages = prepare_messages(messages, tools, native)
+        if tools and native:
+            kwargs["tools"] = tools
+        if tools and body.tool_choice not in (None, "auto"):
+            await force_call(model, params, tools, body)
 
         def render():
             text = model.chat_template.render(messages, add_generation_prompt=True, **kwargs)
@@ -434,8 +495,9 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         job = Job([ids], params, max_tokens, body.stop, n=body.n,
                   logprobs=top if body.logprobs else None)
         thinking = prompt_opens_thinking(prompt_text)
+        names = [t["function"]["name"] for t in tools] if tools else None
         outs = [ChoiceOutput(i, model.tokenizer, body.stop, chat=True, thinking=thinking,
-                             logprobs=job.logprobs) for i in range(job.n_choices)]
+                             logprobs=job.logprobs, tools=names) for i in range(job.n_choices)]
         engine_loop.submit(job)
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": config.alias,
@@ -447,8 +509,10 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                                      headers={"Cache-Control": "no-cache"})
         await collect(job, outs, request)
         return {**head, "object": "chat.completion", "choices": [
-            {"index": o.index, "message": {"role": "assistant", "content": o.full_content,
-                                           "reasoning_content": o.full_reasoning},
+            {"index": o.index, "message": {
+                "role": "assistant", "reasoning_content": o.full_reasoning,
+                "content": o.full_content if o.full_content or not o.tool_calls else None,
+                "tool_calls": o.tool_calls or None},
              "logprobs": {"content": o.lp_chat} if o.logprobs is not None else None,
              "finish_reason": public_reason(o.finish_reason)} for o in outs],
             "usage": usage(job, outs)}
@@ -462,6 +526,7 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         model = model_of()
         check_request(body)
         params = sampling(body, model)
+        await constrain(body, model, params)
         texts, lists = await token_lists(model, body.prompt, "prompt")
         if len(lists) * body.n > config.parallel + config.queue_size:
             raise APIError(400, f"{len(lists)} prompts x n={body.n} choices is more than the "

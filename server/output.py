@@ -1,6 +1,6 @@
 """What one choice shows the client, built token by token: its text (stop strings held back and
-never shown), its thinking split from its answer (chat), and its logprobs in OpenAI's chat or
-legacy completion shape.
+never shown), its thinking split from its answer (chat), its tool calls parsed out of the answer
+(chat with tools), and its logprobs in OpenAI's chat or legacy completion shape.
 """
 
 from __future__ import annotations
@@ -8,17 +8,20 @@ from __future__ import annotations
 from cann_llm.text_stream import TextStream
 
 from .reasoning import ReasoningSplitter
+from .tools import ToolCallParser
 
 __all__ = ["ChoiceOutput"]
 
 
 class ChoiceOutput:
     def __init__(self, index: int, tokenizer, stop, *, chat: bool, thinking: bool = False,
-                 logprobs: int | None = None, text_offset: int = 0):
+                 logprobs: int | None = None, text_offset: int = 0, tools=None):
         self.index = index
         self.tokenizer = tokenizer
         self.text = TextStream(tokenizer, stop)
         self.split = ReasoningSplitter(thinking) if chat else None
+        self.calls = ToolCallParser(tools) if chat and tools is not None else None
+        self._fresh_calls: list[dict] = []
         self.chat = chat
         self.logprobs = logprobs
         self.content: list[str] = []
@@ -69,10 +72,34 @@ class ChoiceOutput:
         reasoning, content = self._show(self.text.finish())
         if self.split is not None:
             r2, c2 = self.split.finish()
+            c2 = self._calls(c2)
             self.reasoning.append(r2)
             self.content.append(c2)
             reasoning, content = reasoning + r2, content + c2
+        if self.calls is not None:
+            c3, new = self.calls.finish()
+            self._fresh_calls += new
+            self.content.append(c3)
+            content += c3
+            if self.calls.calls and reason == "stop":
+                self.finish_reason = "tool_calls"
         return reasoning, content
+
+    def _calls(self, content: str) -> str:
+        if self.calls is None or not content:
+            return content
+        content, new = self.calls.add(content)
+        self._fresh_calls += new
+        return content
+
+    def take_calls(self) -> list[dict]:
+        """The tool calls completed since the last call (for streaming)."""
+        new, self._fresh_calls = self._fresh_calls, []
+        return new
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        return self.calls.calls if self.calls is not None else []
 
     def _show(self, text: str) -> tuple[str, str]:
         if not text:
@@ -81,6 +108,7 @@ class ChoiceOutput:
             self.content.append(text)
             return "", text
         reasoning, content = self.split.add(text)
+        content = self._calls(content)
         self.reasoning.append(reasoning)
         self.content.append(content)
         return reasoning, content

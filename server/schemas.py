@@ -51,6 +51,8 @@ class _Sampling(_Request):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="accepted and ignored on purpose")
+    grammar: str | None = Field(
+        None, description="a llama.cpp-style GBNF grammar (or Lark) the output must match")
 
     @field_validator("logit_bias")
     @classmethod
@@ -66,13 +68,25 @@ class TextPart(_Request):
     text: str
 
 
+class FunctionCall(_Request):
+    name: str
+    arguments: str = Field(description="the arguments as a JSON text")
+
+
+class ToolCall(_Request):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Request):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None          # assistant: calls it made
+    tool_call_id: str | None = None                   # tool: the call it answers
     # fields an OpenAI client puts back when it re-sends an answer: accepted while empty
     refusal: None = None
-    tool_calls: Annotated[list[Any], Field(max_length=0)] | None = None
     function_call: None = None
     audio: None = None
     annotations: Annotated[list[Any], Field(max_length=0)] | None = None
@@ -86,9 +100,39 @@ class ChatMessage(_Request):
         return "\n".join(p.text for p in self.content)
 
 
+class JsonSchemaFormat(_Request):
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema",
+                                           description="the JSON schema the output must match")
+    strict: StrictBool | None = None
+
+
 class ResponseFormat(_Request):
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonSchemaFormat | None = None
+
+
+class FunctionDef(_Request):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(
+        None, description="a JSON schema of the arguments (an object)")
+    strict: StrictBool | None = None
+
+
+class Tool(_Request):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class ChatCompletionRequest(_Sampling):
@@ -99,21 +143,32 @@ class ChatCompletionRequest(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = Field(
         None, description="extra variables for the chat template (e.g. enable_thinking)")
     response_format: ResponseFormat | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Union[Literal["none", "auto", "required"], dict[str, Any]] | None = None
+    tools: Annotated[list[Tool], Field(max_length=128)] | None = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice] | None = None
     parallel_tool_calls: StrictBool | None = None
     store: StrictBool | None = None
     metadata: dict[str, str] | None = None
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, why) for a request of something not implemented, else None."""
-        if self.response_format is not None and self.response_format.type != "text":
-            return "response_format", (f"response_format type {self.response_format.type!r} "
-                                       "is not supported yet (only 'text')")
-        if self.tools:
-            return "tools", "tools are not supported yet (send no tools or an empty list)"
-        if self.tool_choice not in (None, "none", "auto"):
-            return "tool_choice", "tool_choice needs tools, which are not supported yet"
+        rf = self.response_format
+        if rf is not None and rf.type == "json_schema" and rf.json_schema is None:
+            return "response_format", ("response_format json_schema needs a json_schema "
+                                       "object {name, schema, strict}")
+        if rf is not None and rf.type != "text" and self.grammar is not None:
+            return "grammar", "give grammar or a JSON response_format, not both"
+        names = [t.function.name for t in self.tools or []]
+        if len(set(names)) != len(names):
+            return "tools", "tools: two functions have the same name"
+        if self.tool_choice not in (None, "none", "auto") and not names:
+            return "tool_choice", "tool_choice 'required' or a named function needs tools"
+        if isinstance(self.tool_choice, NamedToolChoice) and \
+                self.tool_choice.function.name not in names:
+            return "tool_choice", (f"tool_choice names '{self.tool_choice.function.name}', "
+                                   f"which is not among the tools")
+        if names and self.tool_choice != "none" and (self.grammar is not None or (
+                self.response_format is not None and self.response_format.type != "text")):
+            return "tools", "tools do not go together with grammar or a JSON response_format"
         if self.store:
             return "store", "stored completions are not supported (store must be false)"
         if self.top_logprobs and not self.logprobs:
@@ -187,17 +242,29 @@ class ChoiceLogprobs(BaseModel):
     content: list[TokenLogprob] | None
 
 
+class OutFunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class OutToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: OutFunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     reasoning_content: str | None = None
+    tool_calls: list[OutToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 class ChatCompletion(BaseModel):

@@ -49,10 +49,15 @@ def test_malformed_json_is_400(server):
     ({"messages": [{"role": "user", "content": "x", "mood": "happy"}]}, "messages.0.mood"),
     ({"messages": MSG, "logit_bias": {"999999": 1}}, "logit_bias"),
     ({"messages": MSG, "logit_bias": {"abc": 1}}, "logit_bias"),
+    ({"messages": MSG, "response_format": {"type": "json_schema"}}, "response_format"),
     ({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {}}},
-     "response_format"),
-    ({"messages": MSG, "response_format": {"type": "json_object"}}, "response_format"),
-    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+     "response_format.json_schema.name"),
+    ({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "nonsense"}}}}, "response_format"),
+    ({"messages": MSG, "grammar": "root ::= ("}, "grammar"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}] * 2}, "tools"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
     ({"messages": MSG, "tool_choice": "required"}, "tool_choice"),
     ({"messages": MSG, "store": True}, "store"),
     ({"messages": MSG, "top_logprobs": 2}, "top_logprobs"),
@@ -124,7 +129,8 @@ def test_the_openai_client_sees_typed_errors(server):
     c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=MSG,
-                                  response_format={"type": "json_object"})
+                                  response_format={"type": "json_schema", "json_schema": {
+                                      "name": "x", "schema": {"type": "nonsense"}}})
     assert e.value.body["param"] == "response_format"
     with pytest.raises(openai.NotFoundError):
         c.chat.completions.create(model="gpt-9", messages=MSG)
