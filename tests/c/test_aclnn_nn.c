@@ -602,6 +602,23 @@ static void test_reduce_sum_argsort(void) {
     aclDestroyTensor(txi), aclDestroyTensor(toi), aclDestroyTensor(to32), aclDestroyTensor(tof);
     aclDestroyTensor(txd), aclDestroyTensor(txb);
     aclrtFree(pxi), aclrtFree(poi);
+
+    /* empty tensors (both documents: "支持空Tensor"): a sum over an empty dim is 0; an empty sort
+     * writes nothing */
+    int64_t d20[2] = {2, 0}, d21[2] = {2, 1}, d03[2] = {0, 3};
+    float sums[2] = {7.0f, 7.0f};
+    void *pe = dev_alloc(16), *ps = dev_from(sums, 8);
+    aclTensor *te = acl_view(d20, 2, ACL_FLOAT, NULL, 0, pe), *tsum = acl_view(d21, 2, ACL_FLOAT, NULL, 0, ps);
+    aclTensor *t03 = acl_view(d03, 2, ACL_FLOAT, NULL, 0, pe), *t03i = acl_view(d03, 2, ACL_INT64, NULL, 0, pe);
+    int64_t lastd = 1;
+    aclIntArray *dl = aclCreateIntArray(&lastd, 1);
+    launch(aclnnReduceSumGetWorkspaceSize(te, dl, true, ACL_FLOAT, tsum, &ws, &ex), aclnnReduceSum, &ws, &ex);
+    to_host(sums, ps, 8);
+    CHECK(sums[0] == 0.0f && sums[1] == 0.0f);
+    launch(aclnnArgsortGetWorkspaceSize(t03, 1, true, t03i, &ws, &ex), aclnnArgsort, &ws, &ex);
+    aclDestroyIntArray(dl);
+    aclDestroyTensor(te), aclDestroyTensor(tsum), aclDestroyTensor(t03), aclDestroyTensor(t03i);
+    aclrtFree(pe), aclrtFree(ps);
 }
 
 /* The digests of row 0 and of the activations under CANN_LLM_THREADS=n, from a child process. */
