@@ -4,7 +4,8 @@ Sits between the users (Model.generate/chat, the CLI, the server) and Model.deco
 sequence has an id (its bit in the KV cells), its own positions, prompt and sampler. step() is
 one batched forward over every decoding sequence's last token plus at most one prefill chunk,
 then one draw per sequence that got logits. acl_host is batch-invariant, so a sequence gives the
-same tokens alone or alongside others.
+same tokens alone or alongside others. Sequences under a grammar (cann_llm.grammar) get their
+token masks computed on a worker thread while the forward runs.
 
 Scheduling, for a server: at most `max_running` sequences hold cells at once and the others wait
 in a queue; with `prefix_cache`, the cells of released sequences stay as reusable prefixes
@@ -105,6 +106,7 @@ class Engine:
         self.cache: OrderedDict[int, list[int]] = OrderedDict()   # id -> tokens, LRU first
         self.stats = {"prefix_queries": 0, "prefix_hits": 0, "prefix_tokens": 0,
                       "preemptions": 0}
+        self._mask_pool = None               # a thread for grammar masks during forwards
 
     # ---- sequences ---------------------------------------------------------------------------
     def add(self, prompt: Iterable[int], params: SamplingParams | None = None,
@@ -343,12 +345,16 @@ class Engine:
             pos += range(seq.n_past, seq.n_past + n)
             seq_ids += [seq.id] * n
             want += [False] * (n - 1) + [seq is not prefill or n == len(seq.pending)]
+        masks = self._prepare_masks(rows, prefill)
         try:
             logits = model.decode(Batch(tokens, pos, seq_ids, want))
         except BaseException:               # micro-batches that went in before the failure
             for seq, _ in rows:
                 model.kv.seq_rm(seq.id, seq.n_past, None)
             raise
+        finally:
+            if masks is not None:
+                masks.result()
         now = time.perf_counter()
         row = 0
         for seq, n in rows:
@@ -370,6 +376,22 @@ class Engine:
             events.append((seq, self._draw_safely(seq, logits[row])))
             row += 1
         return events
+
+    def _prepare_masks(self, rows, prefill):
+        """Grammar masks of the sequences that draw after this forward, computed on a worker
+        thread while the forward runs (off the critical path); None when there are none."""
+        matchers = [s.sampler.matcher for s, n in rows if s.sampler.matcher is not None
+                    and (s is not prefill or n == len(s.pending))]
+        if not matchers:
+            return None
+        if self._mask_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._mask_pool = ThreadPoolExecutor(1, thread_name_prefix="cann-llm-mask")
+
+        def prepare():
+            for m in matchers:
+                m.prepare()
+        return self._mask_pool.submit(prepare)
 
     def _fork(self, parent: Sequence, child: Sequence, now: float) -> None:
         self.model.kv.seq_cp(parent.id, child.id, None, None)

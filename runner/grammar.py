@@ -111,13 +111,23 @@ class Matcher:
         self._m = matcher
         self.n_vocab = n_vocab
         self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+        self._ready = False          # _bits already hold the mask of the current state
+
+    def prepare(self) -> None:
+        """Compute the next mask now (the engine does this on a worker thread while the
+        forward runs; llguidance releases the GIL), so that mask() only applies it."""
+        if not self._m.is_error():
+            self._m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+            self._ready = True
 
     def allowed(self) -> np.ndarray:
         """bool [n_vocab]: the tokens the grammar allows next (ValueError once in error)."""
         m = self._m
         if m.is_error():
             raise ValueError(f"grammar: {m.get_error()}")
-        m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        if not self._ready:
+            m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        self._ready = False
         bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")
         return bits[:self.n_vocab].view(bool)
 
@@ -130,6 +140,7 @@ class Matcher:
         return out
 
     def accept(self, token: int) -> None:
+        self._ready = False
         if not self._m.consume_token(int(token)):
             raise ValueError(f"grammar: token {token} is not allowed here: {self._m.get_error()}")
 

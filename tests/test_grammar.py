@@ -157,3 +157,16 @@ def test_chat_and_generate_take_response_format_and_grammar(smol):
     ids = smol.generate("Is the sky blue? Answer:", grammar='root ::= " yes" | " no"',
                         temperature=0, max_tokens=8)
     assert smol.detokenize(list(ids)) in (" yes", " no")
+
+
+def test_a_mask_prepared_ahead_is_the_mask(tok):
+    """The engine computes masks on a worker thread during the forward (Matcher.prepare)."""
+    g = G.compile(tok, "json_schema", PERSON)
+    a, b = g.matcher(), g.matcher()
+    for t in tok.tokenize('{"name":"Al","age":7,"tags":[]}', add_special=False):
+        a.prepare()
+        assert np.array_equal(a.allowed(), b.allowed())
+        a.prepare()                  # prepared, then the state moves on: recomputed
+        a.accept(t)
+        b.accept(t)
+        assert np.array_equal(a.allowed(), b.allowed())
