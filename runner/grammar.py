@@ -9,6 +9,7 @@ before the sampling chain runs and follows the tokens drawn.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -87,7 +88,8 @@ class Grammar:
         self.description = description
         is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, self.ll_tok)
         if is_error:
-            raise GrammarError(f"{description}: {messages[0] if messages else 'invalid'}")
+            first = messages[0].strip().splitlines()[0] if messages else "invalid"
+            raise GrammarError(f"{description}: {first}")
         probe = llg.LLMatcher(self.ll_tok, grammar, log_level=0)
         if probe.is_error():
             raise GrammarError(f"{description}: {probe.get_error()}")
@@ -162,11 +164,32 @@ def _json_grammar(schema, what: str) -> str:
         raise GrammarError(f"{what}: {e}") from None
 
 
-def compile(tokenizer, kind: str, value, name: str | None = None) -> Grammar:
+# a thinking model's reasoning before the constrained answer: free text up to </think>
+_THOUGHT = 'thought[lazy]: /(?s:.*)<\\/think>/\nTHOUGHT_END: /\\n{0,2}/\n'
+
+
+def _after_thinking(lark: str, think: str) -> str:
+    """Lark text whose `start` becomes `answer`, preceded by a think block: optional
+    (think="optional": the model may open one) or already open in the prompt ("open")."""
+    body = re.sub(r"(?m)^start(\s*):", r"answer\1:", lark)
+    head = ('start: think? answer\nthink: "<think>" thought THOUGHT_END\n' if think == "optional"
+            else "start: thought THOUGHT_END answer\n")
+    return head + _THOUGHT + body
+
+
+def compile(tokenizer, kind: str, value, name: str | None = None,
+            think: str | None = None) -> Grammar:
     """A Grammar of `kind`: "json_schema" (a dict or JSON text), "json_object" (any JSON
     object), "lark" or "gbnf" (grammar text; GBNF goes through llguidance's converter),
-    "regex"."""
+    "regex". think ("optional" or "open", for JSON and Lark): the constrained answer may
+    follow a <think>...</think> block (a thinking model's reasoning), or follows the end of
+    the one the prompt opened."""
     llg = _llg()
+    if kind == "json_object":
+        kind, value, name = "json_schema", {"type": "object"}, None
+        what = "json_object"
+    else:
+        what = f"JSON schema {name!r}" if name else "JSON schema"
     if kind == "json_schema":
         if isinstance(value, str):
             try:
@@ -175,13 +198,20 @@ def compile(tokenizer, kind: str, value, name: str | None = None) -> Grammar:
                 raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
         if not isinstance(value, (dict, bool)):
             raise GrammarError("a JSON schema must be an object")
-        what = f"JSON schema {name!r}" if name else "JSON schema"
-        return Grammar(tokenizer, _json_grammar(value, what), what)
-    if kind == "json_object":
-        return Grammar(tokenizer, _json_grammar({"type": "object"}, "json_object"), "json_object")
+        if think is None:
+            return Grammar(tokenizer, _json_grammar(value, what), what)
+        if value is True:
+            value = {}
+        if value is False:
+            raise GrammarError(f"{what}: false allows nothing")
+        schema = {**value, "x-guidance": {**value.get("x-guidance", {}), **_JSON_OPTIONS}}
+        lark = _after_thinking(f"start: %json {json.dumps(schema)}\n", think)
+        return Grammar(tokenizer, llg.LLMatcher.grammar_from_lark(lark), what)
     if not isinstance(value, str) or not value.strip():
         raise GrammarError(f"a {kind} grammar must be non-empty text")
     if kind == "lark":
+        if think is not None:
+            value = _after_thinking(value, think)
         return Grammar(tokenizer, llg.LLMatcher.grammar_from_lark(value), "Lark grammar")
     if kind == "gbnf":
         try:

@@ -256,21 +256,23 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
             raise APIError(400, str(e), param=str(e).split(" ")[0]) from None
         return params
 
-    async def constrain(body, model, params: SamplingParams) -> None:
+    async def constrain(body, model, params: SamplingParams, think: str | None = None) -> None:
         """Compile the request's response_format or grammar into params.grammar (a 400 naming
-        the problem when the engine cannot compile it)."""
+        the problem when the engine cannot compile it). think: a thinking model may reason
+        before its JSON answer ("optional"), or ends the think block its prompt opened
+        ("open")."""
         from cann_llm.grammar import GrammarError, compile as compile_grammar
         rf = getattr(body, "response_format", None)
         if rf is not None and rf.type != "text":
             field = "response_format"
             if rf.type == "json_object":
-                args = ("json_object", None, None)
+                args = ("json_object", None, None, think)
             else:
                 schema = rf.json_schema.schema_
                 args = ("json_schema", {"type": "object"} if schema is None else schema,
-                        rf.json_schema.name)
-        elif body.grammar is not None:
-            field, args = "grammar", ("gbnf", body.grammar, None)
+                        rf.json_schema.name, think)
+        elif body.grammar is not None:       # the user's grammar covers the whole output
+            field, args = "grammar", ("gbnf", body.grammar, None, None)
         else:
             return
         try:
@@ -280,7 +282,8 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                            code="invalid_grammar" if field == "grammar" else "invalid_schema"
                            ) from None
 
-    async def force_call(model, params: SamplingParams, tools: list, body) -> None:
+    async def force_call(model, params: SamplingParams, tools: list, body,
+                         think: str | None = None) -> None:
         """tool_choice "required" or a named function: a grammar that allows only calls (of
         that function) whose arguments validate against its parameters."""
         from cann_llm.grammar import GrammarError, compile as compile_grammar
@@ -288,7 +291,7 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         lark = call_grammar(tools, name, parallel=body.parallel_tool_calls is not False)
         try:
             params.grammar = await run_in_threadpool(compile_grammar, model.tokenizer, "lark",
-                                                     lark)
+                                                     lark, None, think)
         except GrammarError as e:
             raise APIError(400, f"tools: a function's parameters do not compile: {e}",
                            param="tools", code="invalid_schema") from None
@@ -457,7 +460,6 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         model = model_of()
         check_request(body)
         params = sampling(body, model)
-        await constrain(body, model, params)
         messages = []
         for m in body.messages:
             msg = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
@@ -479,8 +481,6 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         messages = prepare_messages(messages, tools, native)
         if tools and native:
             kwargs["tools"] = tools
-        if tools and body.tool_choice not in (None, "auto"):
-            await force_call(model, params, tools, body)
 
         def render():
             text = model.chat_template.render(messages, add_generation_prompt=True, **kwargs)
@@ -490,11 +490,17 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
         except (ValueError, TypeError) as e:
             raise APIError(400, str(e), param="messages") from None
         check_context(len(ids), "messages")
+        thinking = prompt_opens_thinking(prompt_text)
+        # a thinking model's template: constrained answers may follow its reasoning
+        think = ("open" if thinking else "optional") \
+            if "<think>" in (model.chat_template.source or "") else None
+        await constrain(body, model, params, think)
+        if tools and body.tool_choice not in (None, "auto"):
+            await force_call(model, params, tools, body, think)
         max_tokens = body.max_completion_tokens or body.max_tokens
         top = body.top_logprobs or 0
         job = Job([ids], params, max_tokens, body.stop, n=body.n,
                   logprobs=top if body.logprobs else None)
-        thinking = prompt_opens_thinking(prompt_text)
         names = [t["function"]["name"] for t in tools] if tools else None
         outs = [ChoiceOutput(i, model.tokenizer, body.stop, chat=True, thinking=thinking,
                              logprobs=job.logprobs, tools=names) for i in range(job.n_choices)]

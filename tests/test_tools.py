@@ -249,3 +249,56 @@ def test_a_server_on_the_qwen_style_gguf_returns_forced_calls(qwen_vocab_models)
         assert r.usage.prompt_tokens > 60       # the template rendered the tool list
     finally:
         assert s.stop() == 0, s.log()
+
+
+def test_a_thinking_template_lets_the_model_reason_before_a_forced_answer(qwen_vocab_models):
+    """Qwen3's template (it knows <think>): a forced call or JSON answer may follow a think
+    block, which goes to reasoning_content; without one the answer comes at once."""
+    tok = Tokenizer.from_gguf(qwen_vocab_models["qwen3"])
+    schema = {**TIME["function"]["parameters"], "additionalProperties": False}
+    g = G.compile(tok, "json_schema", schema, "t", think="optional")
+    calls = G.compile(tok, "lark", call_grammar([TIME], "get_time"), think="optional")
+    opened = G.compile(tok, "json_schema", schema, "t", think="open")
+
+    def accepts(grammar, text):
+        m = grammar.matcher()
+        for t in tok.tokenize(text, add_special=False, special=True):
+            if not m.allowed()[t]:
+                return False
+            m.accept(t)
+        return m.done
+    call = '<tool_call>\n{"name":"get_time","arguments":{"zone":2}}\n</tool_call>'
+    assert accepts(g, '{"zone":2}') and accepts(g, '<think>\nOslo is UTC+1 < 2\n</think>\n\n'
+                                                   '{"zone":2}')
+    assert not accepts(g, 'Sure: {"zone":2}') and not accepts(g, '<think>x</think>{"zone":99}')
+    assert accepts(calls, call) and accepts(calls, "<think>\nhm\n</think>\n\n" + call)
+    assert accepts(opened, 'so UTC+2.\n</think>\n\n{"zone":2}') and not accepts(opened, '{"zone":2}')
+
+    import openai
+    from serve_util import Server
+    s = Server(qwen_vocab_models["qwen3"], "-c", "512", "--parallel", "2")
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        for kw in ({"tools": [WEATHER, TIME], "tool_choice": {
+                        "type": "function", "function": {"name": "get_time"}}},
+                   {"response_format": {"type": "json_schema", "json_schema": {
+                       "name": "t", "schema": schema}}},
+                   {"response_format": {"type": "json_schema", "json_schema": {
+                       "name": "t", "schema": schema}},
+                    "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}):
+            r = client.chat.completions.create(
+                model="q3", messages=[{"role": "user", "content": "Time in Oslo?"}],
+                temperature=0, max_tokens=200, **kw)
+            c = r.choices[0]
+            if c.finish_reason == "length":       # random weights may think at length
+                assert c.message.reasoning_content
+                continue
+            if "tools" in kw:
+                assert c.finish_reason == "tool_calls"
+                args = c.message.tool_calls[0].function.arguments
+            else:
+                assert c.finish_reason == "stop"
+                args = c.message.content
+            jsonschema.validate(json.loads(args), schema)
+    finally:
+        assert s.stop() == 0, s.log()
