@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 1
+CLM_ABI_VERSION = 2
 
 CDEF = r"""
-#define CLM_ABI_VERSION 1
+#define CLM_ABI_VERSION 2
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -343,6 +343,8 @@ typedef struct clm_cann_stats {
     int64_t graph_captures;
     int64_t graph_replays;
     int32_t graph_cached;
+    int64_t fused_add_rms_norm;
+
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

@@ -327,6 +327,15 @@ class Plan:
         input_addr = {t.address: name for name, t in self.inputs.items()}
         self._input_addrs = set(input_addr)
         alias_of: dict = {}
+        # a result another split reads, or the caller reads, is an output of its split's graph
+        # (ggml_set_output): a backend that fuses nodes must still write it (CANN_LLM_FUSION)
+        for t in self.outputs.values():
+            t.mark_output()
+        for k, sp in enumerate(self.splits):
+            for n in sp.nodes:
+                for src, root, root_addr in self.srcs[self.index[n.address]]:
+                    if src is not None and self.split_of.get(root_addr, k) != k:
+                        root.mark_output()
         for k, sp in enumerate(self.splits):
             if sched.slots[sp.slot].is_cpu:
                 continue

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 1
+#define CLM_ABI_VERSION 2
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -405,6 +405,8 @@ typedef struct clm_cann_stats {
     int64_t graph_captures;     /* GGML_CANN_ACL_GRAPH: graphs captured */
     int64_t graph_replays;      /* ... and replayed */
     int32_t graph_cached;       /* captured graphs held in the LRU */
+    int64_t fused_add_rms_norm; /* CANN_LLM_FUSION: ADD+RMS_NORM+MUL launched as one aclnnAddRmsNorm
+                                 * (counted when issued: eagerly or while capturing, not per replay) */
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

@@ -1,4 +1,4 @@
-/* test_aclnn_nn.c - the nn aclnn ops of acl_host (RmsNorm, Softmax, Silu, SwiGlu, GeluV2, Tanh, Sin,
+/* test_aclnn_nn.c - the nn aclnn ops of acl_host (RmsNorm, AddRmsNorm, Softmax, Silu, SwiGlu, GeluV2, Tanh, Sin,
  * Cos, Div, ArgMax, InplaceIndexCopy) against double references; errors naming the op; batch
  * invariance of RmsNorm and Softmax rows (a row alone, in 7 rows, in 64 rows) and thread invariance
  * of those and of GeluV2 / Tanh (the test re-runs itself with CANN_LLM_THREADS=1 and 2, read at
@@ -121,6 +121,119 @@ static void test_rms_norm_and_softmax_values(void) {
     CHECK(y[n + 3] == 0.0f);
 }
 
+/* ---- AddRmsNorm over m rows of n (dtype dt, es bytes an element), three ways: mode 0 the fused
+ * op; 1 the CANN backend's unfused path (aclnnAdd, aclnnRmsNorm with F32 ones, aclnnMul by gamma);
+ * 2 aclnnAdd then aclnnRmsNorm with gamma. Host buffers in dt; rstd F32. -------------------------- */
+static void add_rms_norm_rows(int mode, aclDataType dt, size_t es, const void *x1, const void *x2, const void *g,
+                              int64_t m, int64_t n, void *y, float *rstd, void *xo) {
+    int64_t dx[2] = {m, n}, dg[1] = {n}, dr[2] = {m, 1};
+    size_t bx = (size_t)(m * n) * es;
+    void *p1 = dev_from(x1, bx), *p2 = dev_from(x2, bx), *pg = dev_from(g, (size_t)n * es);
+    void *py = dev_from(NULL, bx), *pr = dev_from(NULL, (size_t)m * 4), *px = dev_from(NULL, bx);
+    aclTensor *t1 = acl_view(dx, 2, dt, NULL, 0, p1), *t2 = acl_view(dx, 2, dt, NULL, 0, p2);
+    aclTensor *tg = acl_view(dg, 1, dt, NULL, 0, pg), *ty = acl_view(dx, 2, dt, NULL, 0, py);
+    aclTensor *tr = acl_view(dr, 2, ACL_FLOAT, NULL, 0, pr), *tx = acl_view(dx, 2, dt, NULL, 0, px);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    if (mode == 0) {
+        launch(aclnnAddRmsNormGetWorkspaceSize(t1, t2, tg, 1e-6, ty, tr, tx, &ws, &ex), aclnnAddRmsNorm, &ws, &ex);
+    } else {
+        float one = 1.0f;
+        aclScalar *alpha = aclCreateScalar(&one, ACL_FLOAT);
+        launch(aclnnAddGetWorkspaceSize(t1, t2, alpha, tx, &ws, &ex), aclnnAdd, &ws, &ex);
+        aclDestroyScalar(alpha);
+        if (mode == 2) {
+            launch(aclnnRmsNormGetWorkspaceSize(tx, tg, 1e-6, ty, tr, &ws, &ex), aclnnRmsNorm, &ws, &ex);
+        } else {
+            float *ones = malloc((size_t)n * 4);
+            for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
+            void *po = dev_from(ones, (size_t)n * 4), *pt = dev_from(NULL, bx);
+            aclTensor *to = acl_view(dg, 1, ACL_FLOAT, NULL, 0, po), *tt = acl_view(dx, 2, dt, NULL, 0, pt);
+            launch(aclnnRmsNormGetWorkspaceSize(tx, to, 1e-6, tt, tr, &ws, &ex), aclnnRmsNorm, &ws, &ex);
+            launch(aclnnMulGetWorkspaceSize(tt, tg, ty, &ws, &ex), aclnnMul, &ws, &ex);
+            aclDestroyTensor(to), aclDestroyTensor(tt);
+            aclrtFree(po), aclrtFree(pt);
+            free(ones);
+        }
+    }
+    to_host(y, py, bx);
+    to_host(rstd, pr, (size_t)m * 4);
+    to_host(xo, px, bx);
+    aclDestroyTensor(t1), aclDestroyTensor(t2), aclDestroyTensor(tg), aclDestroyTensor(ty);
+    aclDestroyTensor(tr), aclDestroyTensor(tx);
+    aclrtFree(p1), aclrtFree(p2), aclrtFree(pg), aclrtFree(py), aclrtFree(pr), aclrtFree(px);
+}
+
+/* F32: the fused op against a double reference, and bit for bit against the backend's unfused path;
+ * F16: xOut and rstd bit for bit as aclnnAdd + aclnnRmsNorm(gamma), yOut too (one rounding each). */
+static void test_add_rms_norm(void) {
+    int64_t m = 5, n = N;
+    size_t cnt = (size_t)(m * n);
+    float *a = malloc(cnt * 4), *b = malloc(cnt * 4), *g = malloc((size_t)n * 4);
+    float *y0 = malloc(cnt * 4), *y1 = malloc(cnt * 4), *x0 = malloc(cnt * 4), *x1 = malloc(cnt * 4);
+    float r0[5], r1[5];
+    uint32_t s = 11;
+    for (size_t i = 0; i < cnt; i++) a[i] = frand(&s) * 3.0f, b[i] = frand(&s) * 2.0f;
+    for (int64_t i = 0; i < n; i++) g[i] = 0.5f + frand(&s);
+    add_rms_norm_rows(0, ACL_FLOAT, 4, a, b, g, m, n, y0, r0, x0);
+    add_rms_norm_rows(1, ACL_FLOAT, 4, a, b, g, m, n, y1, r1, x1);
+    CHECK(memcmp(y0, y1, cnt * 4) == 0);
+    CHECK(memcmp(r0, r1, sizeof(r0)) == 0);
+    CHECK(memcmp(x0, x1, cnt * 4) == 0);
+    for (int64_t r = 0; r < m; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float x = a[r * n + i] + b[r * n + i];
+            CHECK(x0[r * n + i] == x);
+            ss += (double)x * x;
+        }
+        double rs = 1.0 / sqrt(ss / (double)n + 1e-6);
+        CHECK(fabs(r0[r] - rs) <= 1e-5 * rs);
+        for (int64_t i = 0; i < n; i++) {
+            double want = (double)x0[r * n + i] * rs * g[i];
+            CHECK(fabs(y0[r * n + i] - want) <= 1e-5 * (1.0 + fabs(want)));
+        }
+    }
+    /* F16 */
+    uint16_t *ha = malloc(cnt * 2), *hb = malloc(cnt * 2), *hg = malloc((size_t)n * 2);
+    uint16_t *hy0 = malloc(cnt * 2), *hy1 = malloc(cnt * 2), *hx0 = malloc(cnt * 2), *hx1 = malloc(cnt * 2);
+    for (size_t i = 0; i < cnt; i++) ha[i] = f16(a[i]), hb[i] = f16(b[i]);
+    for (int64_t i = 0; i < n; i++) hg[i] = f16(g[i]);
+    add_rms_norm_rows(0, ACL_FLOAT16, 2, ha, hb, hg, m, n, hy0, r0, hx0);
+    add_rms_norm_rows(2, ACL_FLOAT16, 2, ha, hb, hg, m, n, hy1, r1, hx1);
+    CHECK(memcmp(hx0, hx1, cnt * 2) == 0);
+    CHECK(memcmp(r0, r1, sizeof(r0)) == 0);
+    CHECK(memcmp(hy0, hy1, cnt * 2) == 0);
+    for (size_t i = 0; i < cnt; i++) CHECK(hx0[i] == f16(from_f16(ha[i]) + from_f16(hb[i])));
+    free(a), free(b), free(g), free(y0), free(y1), free(x0), free(x1);
+    free(ha), free(hb), free(hg), free(hy0), free(hy1), free(hx0), free(hx1);
+}
+
+/* A digest of the fused op's outputs over 64 rows (thread-count invariance, see main). */
+static uint64_t add_rms_digest(void) {
+    int64_t m = 64, n = 517;
+    size_t cnt = (size_t)(m * n);
+    float *a = malloc(cnt * 4), *b = malloc(cnt * 4), *g = malloc((size_t)n * 4), *y = malloc(cnt * 4);
+    float *x = malloc(cnt * 4), r[64];
+    uint32_t s = 5;
+    for (size_t i = 0; i < cnt; i++) a[i] = frand(&s) * 3.0f, b[i] = frand(&s);
+    for (int64_t i = 0; i < n; i++) g[i] = frand(&s);
+    add_rms_norm_rows(0, ACL_FLOAT, 4, a, b, g, m, n, y, r, x);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < cnt; i++) {
+        uint32_t v;
+        memcpy(&v, &y[i], 4);
+        h = (h ^ v) * 1099511628211ull;
+    }
+    for (int i = 0; i < 64; i++) {
+        uint32_t v;
+        memcpy(&v, &r[i], 4);
+        h = (h ^ v) * 1099511628211ull;
+    }
+    free(a), free(b), free(g), free(y), free(x);
+    return h;
+}
+
 /* Phase-1 refusals of the documented rules, each naming the op and the operand. */
 static bool refused(aclnnStatus st, const char *op, const char *what) {
     const char *msg = aclGetRecentErrMsg();
@@ -148,6 +261,35 @@ static void test_documented_refusals(void) {
     CHECK(refused(aclnnRmsNormGetWorkspaceSize(xi, g3, 1e-6, x, r21, &ws, &ex), "aclnnRmsNorm", "x"));
     CHECK(aclnnRmsNormGetWorkspaceSize(xh, g3, 1e-6, xh, r21, &ws, &ex) == ACLNN_SUCCESS); /* F16 x, F32 gamma */
     CHECK(aclDestroyAclOpExecutor(ex) == ACLNN_SUCCESS);
+    /* AddRmsNorm: x1, x2, gamma, yOut, xOut one float dtype; rstdOut FLOAT; x2, yOut, xOut x1's shape,
+     * gamma x1's trailing dims, rstdOut x1's shape with those dims 1; epsilon >= 0; no empty tensor */
+    {
+        int64_t d03[2] = {0, 3}, d01[2] = {0, 1}, d22[2] = {2, 2}, d31[2] = {3, 1};
+        aclTensor *e03 = acl_view(d03, 2, ACL_FLOAT, NULL, 0, p), *e01 = acl_view(d01, 2, ACL_FLOAT, NULL, 0, p);
+        aclTensor *x22 = acl_view(d22, 2, ACL_FLOAT, NULL, 0, p), *r31 = acl_view(d31, 2, ACL_FLOAT, NULL, 0, p);
+        aclTensor *g3h = acl_view(d3, 1, ACL_FLOAT16, NULL, 0, p);
+        const char *op = "aclnnAddRmsNorm";
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(xi, x, g3, 1e-6, x, r21, x, &ws, &ex), op, "x1"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, xh, g3, 1e-6, x, r21, x, &ws, &ex), op, "x2"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x22, g3, 1e-6, x, r21, x, &ws, &ex), op, "x2"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(xh, xh, g3, 1e-6, xh, r21, xh, &ws, &ex), op, "gamma"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3h, 1e-6, x, r21, x, &ws, &ex), op, "gamma"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g4, 1e-6, x, r21, x, &ws, &ex), op, "gamma"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, xh, r21, x, &ws, &ex), op, "yOut"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, x22, r21, x, &ws, &ex), op, "yOut"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, x, r21h, x, &ws, &ex), op, "rstdOut"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, x, r31, x, &ws, &ex), op, "rstdOut"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, x, r21, xh, &ws, &ex), op, "xOut"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, x, r21, x22, &ws, &ex), op, "xOut"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, -1.0, x, r21, x, &ws, &ex), op, "epsilon"));
+        CHECK(refused(aclnnAddRmsNormGetWorkspaceSize(e03, e03, g3, 1e-6, e03, e01, e03, &ws, &ex), op, "empty"));
+        CHECK(aclnnAddRmsNormGetWorkspaceSize(NULL, x, g3, 1e-6, x, r21, x, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+        CHECK(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, x, r21, NULL, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR);
+        CHECK(aclnnAddRmsNormGetWorkspaceSize(x, x, g3, 1e-6, x, r21, x, &ws, &ex) == ACLNN_SUCCESS);
+        CHECK(aclDestroyAclOpExecutor(ex) == ACLNN_SUCCESS);
+        aclDestroyTensor(e03), aclDestroyTensor(e01), aclDestroyTensor(x22), aclDestroyTensor(r31);
+        aclDestroyTensor(g3h);
+    }
     /* Softmax: float dtypes, dim inside the rank, out of self's shape */
     CHECK(refused(aclnnSoftmaxGetWorkspaceSize(xi, 1, xi, &ws, &ex), "aclnnSoftmax", "self"));
     CHECK(refused(aclnnSoftmaxGetWorkspaceSize(x, 2, x, &ws, &ex), "aclnnSoftmax", "dim"));
@@ -640,13 +782,14 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--digest") == 0) {
         float *r = malloc(N * 4), *s = malloc(N * 4);
         printf("%llx %llx\n", (unsigned long long)batch_row0(64, r, s),
-               (unsigned long long)(act_digest() ^ reduce_digest()));
+               (unsigned long long)(act_digest() ^ reduce_digest() ^ add_rms_digest()));
         fflush(stdout); /* before any exit-time sanitizer report */
         free(r), free(s);
         return 0;
     }
     test_rms_norm_and_softmax_values();
     test_batch_invariance();
+    test_add_rms_norm();
     test_silu_swiglu();
     test_gelu_tanh();
     test_sin_cos_div();
@@ -659,9 +802,9 @@ int main(int argc, char **argv) {
     uint64_t a1, a2, a3, h1 = batch_row0(1, r, s), t1 = child_digest(argv[0], 1, isa, &a1);
     uint64_t t2 = child_digest(argv[0], 2, isa, &a2);
     CHECK(t1 != 0 && t1 == h1 && t2 == h1);
-    /* GeluV2 / Tanh: the same bits for any thread count, and on the scalar path */
+    /* GeluV2 / Tanh / AddRmsNorm: the same bits for any thread count, and on the scalar path */
     child_digest(argv[0], 2, "scalar", &a3);
-    CHECK(a1 != 0 && a1 == (act_digest() ^ reduce_digest()) && a2 == a1 && a3 == a1);
+    CHECK(a1 != 0 && a1 == (act_digest() ^ reduce_digest() ^ add_rms_digest()) && a2 == a1 && a3 == a1);
     free(r), free(s);
     aclrtDestroyStream(stream);
     aclrtResetDevice(0);

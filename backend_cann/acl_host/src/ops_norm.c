@@ -1,10 +1,17 @@
-/* ops_norm.c - aclnnRmsNorm.
+/* ops_norm.c - aclnnRmsNorm and aclnnAddRmsNorm.
  *
  * rstd = 1 / sqrt(mean(x^2) + eps) over the trailing dims gamma covers, y = x * rstd * gamma;
  * rstdOut is a required F32 output with x's rank and the normalized dims set to 1. Dtypes
  * (x / gamma / y): F32/F32/F32, F16/F16/F16, BF16/BF16/BF16, F16/F32/F16, BF16/F32/BF16. Every
  * row computes in F32: its sum of squares in the fixed 16-lane order of ah_rows.h, so a row's
  * result does not depend on the other rows or the thread count. Rows run in parallel.
+ *
+ * aclnnAddRmsNorm: xOut = x1 + x2 (in F32, rounded to x1's dtype as aclnnAdd rounds), then the
+ * same row kernel on that rounded x: yOut = x * rstd * gamma, rstdOut as RmsNorm's. One pass per
+ * row, so for F32 operands the results equal, bit for bit, aclnnAdd then aclnnRmsNorm with ones
+ * then aclnnMul by gamma (x * rstd * 1 is x * rstd, and x * rstd * gamma is evaluated in that
+ * order in both). Dtypes: x1, x2, gamma, yOut, xOut all one of FLOAT / FLOAT16 / BFLOAT16,
+ * rstdOut FLOAT; x2, yOut and xOut have x1's shape; no empty tensors (the document's rules).
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -18,24 +25,43 @@
 
 typedef struct rms_params {
     int slot_x, slot_gamma, slot_y, slot_rstd;
+    int slot_x2, slot_xout; /* AddRmsNorm; -1 for RmsNorm */
     int n_norm; /* trailing dims normalized */
     float eps;
 } rms_params;
 
 typedef struct rms_ctx {
     ah_rows x, y, rstd;
+    ah_rows x2, xout;     /* AddRmsNorm only: x is x1 */
+    bool add;
     const float *gamma; /* F32 copy of gamma, len values */
     int64_t len;
     float eps;
+    aclDataType xout_dtype;
 } rms_ctx;
+
+/* buf (x1's row) += x2's row, stored to xOut; re-read from xOut when it is not F32 so the norm
+ * sees the rounded sum, as it would after a separate aclnnAdd. */
+static void add_row(const rms_ctx *c, int64_t row, float *buf) {
+    float *b2 = buf + c->len;
+    ah_rows_load(&c->x2, row, b2);
+    for (int64_t i = 0; i < c->len; i++)
+        buf[i] = buf[i] + b2[i];
+    ah_rows_store(&c->xout, row, buf);
+    if (c->xout_dtype != ACL_FLOAT)
+        ah_rows_load(&c->xout, row, buf);
+}
 
 static void rms_rows(void *vctx, int64_t begin, int64_t end) {
     const rms_ctx *c = vctx;
-    float *buf = malloc((size_t)(c->len > 0 ? c->len : 1) * sizeof(float));
+    float *buf = malloc((size_t)(c->len > 0 ? c->len : 1) * (c->add ? 2 : 1) * sizeof(float));
     if (!buf)
         return;
     for (int64_t row = begin; row < end; row++) {
         ah_rows_load(&c->x, row, buf);
+        if (c->add) {
+            add_row(c, row, buf);
+        }
         float mean = ah_sum_sq_f32(buf, c->len) / (float)c->len;
         float rstd = 1.0f / sqrtf(mean + c->eps);
         for (int64_t i = 0; i < c->len; i++)
@@ -57,6 +83,12 @@ static aclError rms_run(const aclOpExecutor *ex, void *workspace) {
     ah_rows_init(&c.x, x, inner);
     ah_rows_init(&c.y, &ex->tensors[p->slot_y], inner);
     ah_rows_init(&c.rstd, &ex->tensors[p->slot_rstd], inner);
+    if (p->slot_x2 >= 0) {
+        c.add = true;
+        ah_rows_init(&c.x2, &ex->tensors[p->slot_x2], inner);
+        ah_rows_init(&c.xout, &ex->tensors[p->slot_xout], inner);
+        c.xout_dtype = ex->tensors[p->slot_xout].dtype;
+    }
     c.len = c.x.len;
     if (c.x.n_rows == 0 || c.len == 0)
         return ACL_SUCCESS;
@@ -111,6 +143,7 @@ AH_API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTen
     p->slot_gamma = ah_executor_add_tensor(ex, "gamma", gamma, AH_IN);
     p->slot_y = ah_executor_add_tensor(ex, "yOut", yOut, AH_OUT);
     p->slot_rstd = ah_executor_add_tensor(ex, "rstdOut", rstdOut, AH_OUT);
+    p->slot_x2 = p->slot_xout = -1;
     p->n_norm = n_norm;
     p->eps = (float)epsilon;
     return ah_executor_finish(ex, 0, workspaceSize, executor);
@@ -119,4 +152,68 @@ AH_API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTen
 AH_API aclnnStatus aclnnRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                 aclrtStream stream) {
     return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnRmsNorm");
+}
+
+AH_API aclnnStatus aclnnAddRmsNormGetWorkspaceSize(const aclTensor *x1, const aclTensor *x2,
+                                                   const aclTensor *gamma, double epsilon,
+                                                   const aclTensor *yOut, const aclTensor *rstdOut,
+                                                   const aclTensor *xOut, uint64_t *workspaceSize,
+                                                   aclOpExecutor **executor) {
+    const char *op = "aclnnAddRmsNorm";
+    AH_TRY(ah_check_tensor(op, "x1", x1, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "x2", x2, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "gamma", gamma, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "yOut", yOut, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "rstdOut", rstdOut, AH_DTYPE_BIT(ACL_FLOAT), 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_tensor(op, "xOut", xOut, FLOAT_TYPES, 1, AH_OP_MAX_RANK));
+    AH_TRY(ah_check_out_ptrs(op, workspaceSize, executor));
+    const struct { const char *name; const aclTensor *t; } same[] = {
+        {"x2", x2}, {"gamma", gamma}, {"yOut", yOut}, {"xOut", xOut}};
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+        if (same[i].t->dtype != x1->dtype)
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s dtype %s differs from x1 dtype %s", op,
+                            same[i].name, ah_dtype_name(same[i].t->dtype), ah_dtype_name(x1->dtype));
+    if (!(epsilon >= 0.0))
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: epsilon %g is negative", op, epsilon);
+    AH_TRY(ah_check_shape(op, "x2", x2, x1->dims, x1->ndim, "x1's shape"));
+    int n_norm = gamma->ndim;
+    if (n_norm > x1->ndim)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: gamma has rank %d, more than x1's %d", op,
+                        n_norm, x1->ndim);
+    AH_TRY(ah_check_shape(op, "gamma", gamma, x1->dims + (x1->ndim - n_norm), n_norm,
+                          "the trailing dims of x1"));
+    AH_TRY(ah_check_shape(op, "yOut", yOut, x1->dims, x1->ndim, "x1's shape"));
+    AH_TRY(ah_check_shape(op, "xOut", xOut, x1->dims, x1->ndim, "x1's shape"));
+    int64_t rdims[AH_OP_MAX_RANK];
+    for (int i = 0; i < x1->ndim; i++)
+        rdims[i] = i < x1->ndim - n_norm ? x1->dims[i] : 1;
+    AH_TRY(ah_check_shape(op, "rstdOut", rstdOut, rdims, x1->ndim,
+                          "x1's shape with the normalized dims set to 1"));
+    const struct { const char *name; const aclTensor *t; } all[] = {
+        {"x1", x1}, {"x2", x2}, {"gamma", gamma}, {"yOut", yOut}, {"rstdOut", rstdOut}, {"xOut", xOut}};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        int64_t n = 1;
+        for (int d = 0; d < all[i].t->ndim; d++)
+            n *= all[i].t->dims[d];
+        if (n == 0)
+            return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s is an empty tensor", op, all[i].name);
+    }
+    aclOpExecutor *ex = ah_executor_new(op, rms_run);
+    if (!ex)
+        return ACLNN_ERR_INNER;
+    rms_params *p = AH_EXEC_PARAMS(ex, rms_params);
+    p->slot_x = ah_executor_add_tensor(ex, "x1", x1, AH_IN);
+    p->slot_x2 = ah_executor_add_tensor(ex, "x2", x2, AH_IN);
+    p->slot_gamma = ah_executor_add_tensor(ex, "gamma", gamma, AH_IN);
+    p->slot_y = ah_executor_add_tensor(ex, "yOut", yOut, AH_OUT);
+    p->slot_rstd = ah_executor_add_tensor(ex, "rstdOut", rstdOut, AH_OUT);
+    p->slot_xout = ah_executor_add_tensor(ex, "xOut", xOut, AH_OUT);
+    p->n_norm = n_norm;
+    p->eps = (float)epsilon;
+    return ah_executor_finish(ex, 0, workspaceSize, executor);
+}
+
+AH_API aclnnStatus aclnnAddRmsNorm(void *workspace, uint64_t workspaceSize,
+                                   aclOpExecutor *executor, aclrtStream stream) {
+    return ah_executor_launch(executor, workspace, workspaceSize, stream, "aclnnAddRmsNorm");
 }

@@ -3,6 +3,8 @@
  * and the public statistics and pool test entry points. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include "cann/cann_common.h"
 
@@ -175,6 +177,26 @@ static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
             }
         }
         clm_clear_error();
+        /* Fusions only while not profiling per node (the profiler times each node); with an eval
+         * callback the scheduler computes one node per graph, so nothing matches then. */
+        if (ctx->fusion && ctx->profile == NULL && cann_match_add_rms_norm(graph, i)) {
+            clm_tensor *norm = clm_graph_node(graph, i + 1), *mul = clm_graph_node(graph, i + 2);
+            bool ready = node_is_allocated(mul);
+            for (int s = 0; s < CLM_MAX_SRC; s++) {
+                if (mul->src[s] != NULL && mul->src[s] != norm && !node_is_allocated(mul->src[s])) ready = false;
+            }
+            if (ready) {
+                st = cann_op_add_rms_norm(ctx, node, norm, mul);
+                if (st != CLM_OK) {
+                    char cause[1024];
+                    snprintf(cause, sizeof(cause), "%s", clm_last_error());
+                    return clm_error(st, "%s: nodes %zu-%zu '%s' (ADD+RMS_NORM+MUL) failed: %s", ctx->name, i, i + 2,
+                                     mul->name, cause);
+                }
+                i += 2;
+                continue;
+            }
+        }
         st = compute_node(ctx, node);
         if (st == CLM_OK) st = cann_profile_node_end(ctx, node);
         if (st != CLM_OK) {
@@ -239,6 +261,9 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
         return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     ctx->device = device;
+    const char *fusion = getenv("CANN_LLM_FUSION");
+    ctx->fusion = !(fusion != NULL && (strcmp(fusion, "0") == 0 || strcasecmp(fusion, "off") == 0 ||
+                                       strcasecmp(fusion, "false") == 0 || strcasecmp(fusion, "no") == 0));
     snprintf(ctx->name, sizeof(ctx->name), "CANN%d", device);
     aclError err = aclrtCreateStream(&ctx->stream);
     if (err != ACL_SUCCESS) {
@@ -278,6 +303,7 @@ clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
     out->graph_captures = ctx->graph_captures;
     out->graph_replays = ctx->graph_replays;
     out->graph_cached = cann_graph_cache_size(ctx);
+    out->fused_add_rms_norm = ctx->fused_add_rms_norm;
     return CLM_OK;
 }
 

@@ -74,6 +74,8 @@ typedef struct cann_backend_ctx {
     struct cann_graph_cache *graphs;   /* GGML_CANN_ACL_GRAPH: captured graphs (graph_capture.c) */
     struct cann_consts *consts;        /* constant cache: ones gamma, tables, ROPE sin/cos (cann_consts.c) */
     struct cann_profile *profile;      /* per-node timing events while profiling (profile.c), else NULL */
+    bool fusion;                       /* CANN_LLM_FUSION (default on): fused node sequences (run_nodes) */
+    int64_t fused_add_rms_norm;        /* ADD+RMS_NORM+MUL sequences launched as one aclnnAddRmsNorm */
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -151,6 +153,9 @@ bool cann_supports_set_rows(const clm_tensor *op);
 clm_status cann_op_set_rows(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_rms_norm(const clm_tensor *op);
 clm_status cann_op_rms_norm(cann_backend_ctx *ctx, clm_tensor *dst);
+/* ADD + RMS_NORM + MUL(weight) at nodes i, i+1, i+2 as one aclnnAddRmsNorm (ops_norm.c) */
+bool cann_match_add_rms_norm(const clm_graph *graph, size_t i);
+clm_status cann_op_add_rms_norm(cann_backend_ctx *ctx, clm_tensor *add, clm_tensor *norm, clm_tensor *mul);
 bool cann_supports_rope(const clm_tensor *op);
 clm_status cann_op_rope(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_soft_max(const clm_tensor *op);

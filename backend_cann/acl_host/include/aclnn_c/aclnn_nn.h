@@ -16,6 +16,16 @@ aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *ga
 aclnnStatus aclnnRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                          aclrtStream stream);
 
+/* aclnn_add_rms_norm.h: xOut = x1 + x2, then RmsNorm of xOut: yOut = x * rstd * gamma; x1, x2,
+ * gamma, yOut, xOut one dtype (FLOAT / FLOAT16 / BFLOAT16), rstdOut FLOAT as RmsNorm's. */
+aclnnStatus aclnnAddRmsNormGetWorkspaceSize(const aclTensor *x1, const aclTensor *x2,
+                                            const aclTensor *gamma, double epsilon,
+                                            const aclTensor *yOut, const aclTensor *rstdOut,
+                                            const aclTensor *xOut, uint64_t *workspaceSize,
+                                            aclOpExecutor **executor);
+aclnnStatus aclnnAddRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                            aclrtStream stream);
+
 /* aclnn_softmax.h: exp(x - max) / sum along dim. */
 aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *out,
                                          uint64_t *workspaceSize, aclOpExecutor **executor);
