@@ -405,7 +405,6 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                         if err is not None:
                             raise err
                         o = outs[ev.choice]
-                        n_calls = len(o.tool_calls)      # calls already sent
                         reasoning, content, lps = o.add(ev.token, ev.logprob)
                         if ev.finish_reason is not None:
                             r2, c2 = o.finish(ev.finish_reason)
@@ -413,7 +412,7 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                         calls = o.take_calls()
                         if reasoning or content or lps or calls:
                             yield chunk(delta(o, reasoning, content, lps, None, chat,
-                                              calls, n_calls))
+                                              calls))
                         if ev.finish_reason is not None:
                             left -= 1
                             if not left:   # the chunk that ends the response carries usage
@@ -434,15 +433,15 @@ def create_app(config: ServeConfig, api_key: str | None = None, cors_origins=(),
                 engine_loop.cancel(job)
 
     def delta(o: ChoiceOutput, reasoning: str, content: str, lps: list, finish, chat: bool,
-              calls=(), first_call: int = 0):
+              calls=()):
         if chat:
             d = {}
             if reasoning:
                 d["reasoning_content"] = reasoning
             if content:
                 d["content"] = content
-            if calls:         # each call whole in one delta, numbered within the choice
-                d["tool_calls"] = [{"index": first_call + k, **c} for k, c in enumerate(calls)]
+            if calls:         # a call's id and name first, then its arguments as they come
+                d["tool_calls"] = calls
             lp = {"content": lps} if (o.logprobs is not None and lps) else None
             return {"index": o.index, "delta": d, "logprobs": lp, "finish_reason": finish}
         lp = lps[0] if lps else None

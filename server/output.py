@@ -93,7 +93,7 @@ class ChoiceOutput:
         return content
 
     def take_calls(self) -> list[dict]:
-        """The tool calls completed since the last call (for streaming)."""
+        """The tool-call deltas since the last take (OpenAI's streamed tool_calls entries)."""
         new, self._fresh_calls = self._fresh_calls, []
         return new
 

@@ -10,6 +10,7 @@ tool list and this syntax in a system message instead.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 from cann_llm.text_stream import partial_prefix
@@ -119,10 +120,33 @@ def _new_call(text: str, names: set) -> dict | None:
             "function": {"name": obj["name"], "arguments": args}}
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _arguments_text(after_header: str) -> str:
+    """The arguments' text: what follows "arguments": up to the outer object's closing brace."""
+    args = after_header.rstrip()
+    return args[:-1].rstrip() if args.endswith("}") else args
+
+
+_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*')
+
+
 class ToolCallParser:
-    """add(text) -> (content, new calls); finish() -> the same for the held-back rest.
-    Streaming-safe: a tag split across tokens is held back until it is complete, and so is
-    whitespace around the calls (dropped there, kept inside text)."""
+    """add(text) -> (content, call deltas); finish() -> the same for the held-back rest.
+
+    Deltas are OpenAI's streamed tool_calls entries: {"index", "id", "type", "function":
+    {"name", "arguments": ""}} when a call's name is known, then {"index", "function":
+    {"arguments": fragment}} as its arguments arrive (the model's own text, without the outer
+    object's closing brace). A call written in another key order, or with a name that is not
+    a tool, is only judged once complete: one whole delta, or text again if it is no call.
+    Tags split across tokens and the whitespace around calls are held back (dropped there,
+    kept inside text); `calls` holds the finished calls."""
 
     def __init__(self, names=()):
         self.names = set(names)
@@ -130,22 +154,23 @@ class ToolCallParser:
         self._buf = ""
         self._in_call = False
         self._gap = ""
+        self._call = None          # the call being streamed, once its header is read
+        self._args_at = 0          # where its arguments start in _buf
+        self._sent = 0             # argument characters sent so far
 
     def add(self, text: str) -> tuple[str, list[dict]]:
         self._buf += text
-        content, calls = "", []
+        content, deltas = "", []
         while self._buf:
             if self._in_call:
                 i = self._buf.find(CLOSE)
                 if i < 0:
+                    deltas += self._stream_arguments()
                     break
                 raw, self._buf = self._buf[:i], self._buf[i + len(CLOSE):]
-                self._in_call = False
-                call = _new_call(raw.strip(), self.names)
-                if call is None:                 # not a call after all: show it as it was
-                    content += self._gap + OPEN + raw + CLOSE
-                else:
-                    calls.append(call)
+                text_back, new = self._end_call(raw)
+                content += text_back
+                deltas += new
                 continue
             i = self._buf.find(OPEN)
             if i >= 0:
@@ -161,16 +186,61 @@ class ToolCallParser:
                 content += body
                 self._buf = self._buf[len(body):]
             break
-        self.calls += calls
-        return content, calls
+        return content, deltas
+
+    def _stream_arguments(self) -> list[dict]:
+        out = []
+        if self._call is None:
+            m = _HEADER.match(self._buf)
+            if m is None or m.group(1) not in self.names:
+                return out
+            self._call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                          "function": {"name": m.group(1), "arguments": ""}}
+            self._args_at, self._sent = m.end(), 0
+            out.append({"index": len(self.calls), **json.loads(json.dumps(self._call))})
+        args = self._buf[self._args_at:]
+        # hold back a partial </tool_call>, trailing whitespace and the last "}" (it may be
+        # the outer object's)
+        safe = args[:len(args) - partial_prefix(args, CLOSE)].rstrip()
+        if safe.endswith("}"):
+            safe = safe[:-1]
+        if len(safe) > self._sent:
+            out.append({"index": len(self.calls),
+                        "function": {"arguments": safe[self._sent:]}})
+            self._sent = len(safe)
+        return out
+
+    def _end_call(self, raw: str) -> tuple[str, list[dict]]:
+        """(text given back, deltas) for a call body that ended (closed or at the end)."""
+        self._in_call = False
+        call, self._call = self._call, None
+        m = _HEADER.match(raw) if call is None else None
+        if m is not None and m.group(1) in self.names and _is_json(raw[m.end():].rstrip()[:-1]):
+            # the whole call arrived at once: the same arguments text as when streamed
+            call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                    "function": {"name": m.group(1), "arguments": ""}}
+            self._args_at, self._sent = m.end(), 0
+            self.calls.append(call)
+            call["function"]["arguments"] = _arguments_text(raw[m.end():])
+            return "", [{"index": len(self.calls) - 1, **json.loads(json.dumps(call))}]
+        if call is not None:
+            args = _arguments_text(raw[self._args_at:])
+            rest = args[self._sent:]
+            call["function"]["arguments"] = args
+            self.calls.append(call)
+            return "", [{"index": len(self.calls) - 1, "function": {"arguments": rest}}] \
+                if rest else []
+        call = _new_call(raw.strip(), self.names)
+        if call is None:                        # not a call after all: show it as it was
+            return self._gap + OPEN + raw + CLOSE, []
+        self.calls.append(call)
+        return "", [{"index": len(self.calls) - 1, **json.loads(json.dumps(call))}]
 
     def finish(self) -> tuple[str, list[dict]]:
         rest, self._buf = self._buf, ""
         if self._in_call:                          # a call the model never closed
-            self._in_call = False
-            call = _new_call(rest.strip(), self.names)
-            if call is not None:
-                self.calls.append(call)
-                return "", [call]
-            return (self._gap + OPEN + rest).rstrip(), []
+            text_back, deltas = self._end_call(rest)
+            if text_back:
+                return (text_back[:-len(CLOSE)]).rstrip(), deltas
+            return "", deltas
         return ("" if self.calls else rest.rstrip()), []

@@ -195,10 +195,12 @@ def test_required_tool_choice_streams_calls_as_openai_does(client):
     assert whole.finish_reason == "tool_calls" and len(whole.message.tool_calls) == 1
     chunks = list(client.chat.completions.create(stream=True, **kw))
     deltas = [c.choices[0].delta for c in chunks if c.choices]
-    calls = [tc for d in deltas for tc in (d.tool_calls or [])]
-    assert [tc.index for tc in calls] == [0]
-    assert calls[0].function.name == whole.message.tool_calls[0].function.name
-    assert calls[0].function.arguments == whole.message.tool_calls[0].function.arguments
+    parts = [tc for d in deltas for tc in (d.tool_calls or [])]
+    assert {tc.index for tc in parts} == {0} and len(parts) > 2    # name, then arguments
+    assert parts[0].id and parts[0].function.name == whole.message.tool_calls[0].function.name
+    assert all(tc.id is None and tc.function.name is None for tc in parts[1:])
+    assert "".join(tc.function.arguments for tc in parts) == \
+        whole.message.tool_calls[0].function.arguments
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
     # the call and its result go back to the model as the next turn's history
     call = whole.message.tool_calls[0]

@@ -109,8 +109,23 @@ def _run(text, split, tools=("get_weather", "get_time"), thinking=False):
     r, c = o.finish("stop")
     content, reasoning = content + c, reasoning + r
     calls += o.take_calls()
-    assert calls == o.tool_calls
-    return content, reasoning, calls
+    assert assemble(calls) == o.tool_calls
+    return content, reasoning, o.tool_calls
+
+
+def assemble(deltas):
+    """Calls from streamed tool_calls deltas, as a client puts them together: the first delta
+    of an index has its id, type and name, the others add to its arguments."""
+    calls = []
+    for d in deltas:
+        if d["index"] == len(calls):
+            assert {"id", "type"} <= set(d) and d["function"]["name"], d
+            calls.append({"id": d["id"], "type": d["type"],
+                          "function": {"name": d["function"]["name"], "arguments": ""}})
+        else:
+            assert d["index"] == len(calls) - 1 and set(d) == {"index", "function"}, d
+        calls[-1]["function"]["arguments"] += d["function"]["arguments"]
+    return calls
 
 
 @pytest.mark.parametrize("name", sorted(RECORDED))
@@ -125,6 +140,7 @@ def test_recorded_outputs_parse_into_calls_however_they_are_split(name, split):
                                    for c in calls)
     tools = {"get_weather": WEATHER, "get_time": TIME}
     for c in calls:
+        assert c["function"]["arguments"] in text      # the model's own text, however split
         args = json.loads(c["function"]["arguments"])
         jsonschema.validate(args, tools[c["function"]["name"]]["function"]["parameters"])
     assert len({c["id"] for c in calls}) == n
@@ -137,6 +153,18 @@ def test_text_that_only_looks_like_a_call_stays_content(split):
                  "Plain answer.  \n", "<tool"):
         content, _, calls = _run(text, split)
         assert calls == [] and content == text.rstrip(), (text, content)
+
+
+def test_arguments_stream_as_they_arrive():
+    p = ToolCallParser(["get_time"])
+    assert p.add('<tool_call>\n{"name": "get_time", "arguments": ') == ("", [
+        {"index": 0, "id": p._call["id"], "type": "function",
+         "function": {"name": "get_time", "arguments": ""}}])
+    assert p.add('{"zone"') == ("", [{"index": 0, "function": {"arguments": '{"zone"'}}])
+    assert p.add(': 3}') == ("", [{"index": 0, "function": {"arguments": ": 3"}}])
+    assert p.add('}\n</tool') == ("", [{"index": 0, "function": {"arguments": "}"}}])
+    assert p.add('_call>') == ("", [])
+    assert p.calls[0]["function"]["arguments"] == '{"zone": 3}'
 
 
 def test_answers_without_tools_are_untouched():
