@@ -135,6 +135,16 @@ class NamedToolChoice(_Request):
     function: NamedFunction
 
 
+def _format_problem(body) -> tuple[str, str] | None:
+    rf = body.response_format
+    if rf is not None and rf.type == "json_schema" and rf.json_schema is None:
+        return "response_format", ("response_format json_schema needs a json_schema "
+                                   "object {name, schema, strict}")
+    if rf is not None and rf.type != "text" and body.grammar is not None:
+        return "grammar", "give grammar or a JSON response_format, not both"
+    return None
+
+
 class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
@@ -151,12 +161,9 @@ class ChatCompletionRequest(_Sampling):
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, why) for a request of something not implemented, else None."""
-        rf = self.response_format
-        if rf is not None and rf.type == "json_schema" and rf.json_schema is None:
-            return "response_format", ("response_format json_schema needs a json_schema "
-                                       "object {name, schema, strict}")
-        if rf is not None and rf.type != "text" and self.grammar is not None:
-            return "grammar", "give grammar or a JSON response_format, not both"
+        why = _format_problem(self)
+        if why is not None:
+            return why
         names = [t.function.name for t in self.tools or []]
         if len(set(names)) != len(names):
             return "tools", "tools: two functions have the same name"
@@ -186,8 +193,13 @@ class CompletionRequest(_Sampling):
     logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
     suffix: None = Field(None, description="not supported: must be null")
     best_of: Annotated[StrictInt, Field(ge=1, le=1)] | None = None
+    response_format: ResponseFormat | None = Field(
+        None, description="json_object or json_schema: the completion is that JSON")
 
     def unsupported(self) -> tuple[str, str] | None:
+        why = _format_problem(self)
+        if why is not None:
+            return why
         if self.echo and self.logprobs is not None:
             return "logprobs", "logprobs together with echo (prompt logprobs) is not supported"
         return None

@@ -91,6 +91,14 @@ def test_streamed_json_schema_is_the_same_text(client):
     assert text == whole.choices[0].message.content
 
 
+def test_completions_take_response_format_too(client):
+    schema = schemas(4)[3][1]
+    r = client.completions.create(model="smol", prompt="A famous book, as JSON:", max_tokens=120,
+                                  temperature=0, extra_body={"response_format": _fmt(schema)})
+    assert r.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(r.choices[0].text), schema)
+
+
 def test_gbnf_grammar_field(client, server):
     grammar = 'root ::= "The answer is " ("yes" | "no") "."'
     r = _ask(client, "Is water wet?", extra_body={"grammar": grammar})
