@@ -98,18 +98,19 @@ def test_the_mask_comes_before_bias_and_penalties(tok):
 
 
 def test_mask_cost_per_token(tok):
-    """Reported, not asserted tightly: the cost of one mask on the 49152-token vocabulary."""
+    """The cost of one mask on the 49152-token vocabulary, printed (speed is reported, never
+    asserted); what is asserted is that each mask along a valid document allows its next token."""
     import time
     m = G.compile(tok, "json_schema", PERSON).matcher()
     logits = np.random.default_rng(0).standard_normal(tok.n_vocab).astype(np.float32)
     times = []
     for t in tok.tokenize('{"name":"Ann Lee","age":42,"tags":["red"]}', add_special=False):
         t0 = time.perf_counter()
-        m.mask(logits)
+        masked = m.mask(logits)
         times.append(time.perf_counter() - t0)
+        assert np.isfinite(masked[t])
         m.accept(t)
     print(f"mask: median {np.median(times) * 1e6:.0f} us per token over {len(times)} tokens")
-    assert np.median(times) < 0.01
 
 
 def _prompt(model, what):
