@@ -16,6 +16,7 @@
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ah_rows.h"
@@ -104,6 +105,30 @@ static aclError rms_run(const aclOpExecutor *ex, void *workspace) {
     return ACL_SUCCESS;
 }
 
+/* The shapes RmsNorm and AddRmsNorm share: gamma is x's trailing dims (its rank is the number of
+ * normalized dims, returned in *n_norm), yOut has x's shape, rstdOut x's shape with the
+ * normalized dims set to 1. xname names x in the messages ("x", "x1"). */
+static aclnnStatus check_norm_shapes(const char *op, const char *xname, const aclTensor *x,
+                                     const aclTensor *gamma, const aclTensor *yOut,
+                                     const aclTensor *rstdOut, int *n_norm) {
+    char what[64];
+    int n = gamma->ndim;
+    if (n > x->ndim)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: gamma has rank %d, more than %s's %d", op, n,
+                        xname, x->ndim);
+    snprintf(what, sizeof what, "the trailing dims of %s", xname);
+    AH_TRY(ah_check_shape(op, "gamma", gamma, x->dims + (x->ndim - n), n, what));
+    snprintf(what, sizeof what, "%s's shape", xname);
+    AH_TRY(ah_check_shape(op, "yOut", yOut, x->dims, x->ndim, what));
+    int64_t rdims[AH_OP_MAX_RANK];
+    for (int i = 0; i < x->ndim; i++)
+        rdims[i] = i < x->ndim - n ? x->dims[i] : 1;
+    snprintf(what, sizeof what, "%s's shape with the normalized dims set to 1", xname);
+    AH_TRY(ah_check_shape(op, "rstdOut", rstdOut, rdims, x->ndim, what));
+    *n_norm = n;
+    return ACLNN_SUCCESS;
+}
+
 AH_API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma,
                                                 double epsilon, const aclTensor *yOut,
                                                 const aclTensor *rstdOut, uint64_t *workspaceSize,
@@ -123,18 +148,8 @@ AH_API aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTen
                         ah_dtype_name(gamma->dtype), ah_dtype_name(x->dtype));
     if (!(epsilon >= 0.0))
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: epsilon %g is negative", op, epsilon);
-    int n_norm = gamma->ndim;
-    if (n_norm > x->ndim)
-        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: gamma has rank %d, more than x's %d", op,
-                        n_norm, x->ndim);
-    AH_TRY(ah_check_shape(op, "gamma", gamma, x->dims + (x->ndim - n_norm), n_norm,
-                       "the trailing dims of x"));
-    AH_TRY(ah_check_shape(op, "yOut", yOut, x->dims, x->ndim, "x's shape"));
-    int64_t rdims[AH_OP_MAX_RANK];
-    for (int i = 0; i < x->ndim; i++)
-        rdims[i] = i < x->ndim - n_norm ? x->dims[i] : 1;
-    AH_TRY(ah_check_shape(op, "rstdOut", rstdOut, rdims, x->ndim,
-                       "x's shape with the normalized dims set to 1"));
+    int n_norm = 0;
+    AH_TRY(check_norm_shapes(op, "x", x, gamma, yOut, rstdOut, &n_norm));
     aclOpExecutor *ex = ah_executor_new(op, rms_run);
     if (!ex)
         return ACLNN_ERR_INNER;
@@ -176,19 +191,9 @@ AH_API aclnnStatus aclnnAddRmsNormGetWorkspaceSize(const aclTensor *x1, const ac
     if (!(epsilon >= 0.0))
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: epsilon %g is negative", op, epsilon);
     AH_TRY(ah_check_shape(op, "x2", x2, x1->dims, x1->ndim, "x1's shape"));
-    int n_norm = gamma->ndim;
-    if (n_norm > x1->ndim)
-        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: gamma has rank %d, more than x1's %d", op,
-                        n_norm, x1->ndim);
-    AH_TRY(ah_check_shape(op, "gamma", gamma, x1->dims + (x1->ndim - n_norm), n_norm,
-                          "the trailing dims of x1"));
-    AH_TRY(ah_check_shape(op, "yOut", yOut, x1->dims, x1->ndim, "x1's shape"));
+    int n_norm = 0;
+    AH_TRY(check_norm_shapes(op, "x1", x1, gamma, yOut, rstdOut, &n_norm));
     AH_TRY(ah_check_shape(op, "xOut", xOut, x1->dims, x1->ndim, "x1's shape"));
-    int64_t rdims[AH_OP_MAX_RANK];
-    for (int i = 0; i < x1->ndim; i++)
-        rdims[i] = i < x1->ndim - n_norm ? x1->dims[i] : 1;
-    AH_TRY(ah_check_shape(op, "rstdOut", rstdOut, rdims, x1->ndim,
-                          "x1's shape with the normalized dims set to 1"));
     const struct { const char *name; const aclTensor *t; } all[] = {
         {"x1", x1}, {"x2", x2}, {"gamma", gamma}, {"yOut", yOut}, {"rstdOut", rstdOut}, {"xOut", xOut}};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
