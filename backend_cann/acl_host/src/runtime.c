@@ -2,6 +2,10 @@
  *
  * Environment, read at the first aclInit:
  *   CANN_LLM_HOST_DEVICES   number of devices (default 1, at most AH_MAX_DEVICES)
+ *   ASCEND_RT_VISIBLE_DEVICES  as in CANN: the comma list of device ids this process may use
+ *                           (each < CANN_LLM_HOST_DEVICES, each once); the process sees them
+ *                           renumbered from 0, in the list's order. Ray sets it for actors
+ *                           that request its "NPU" resource.
  *   CANN_LLM_HOST_MEMORY    capacity of each device in bytes, K/M/G/T suffixes (binary);
  *                           default: half of physical RAM
  *   CANN_LLM_HOST_DEFERRED  1: queued work runs only when the host synchronizes
@@ -101,6 +105,30 @@ static aclError read_device_count(const char *api, int *count)
                             devices, AH_MAX_DEVICES);
         *count = (int)n;
     }
+    const char *visible = getenv("ASCEND_RT_VISIBLE_DEVICES");
+    if (!visible)
+        return ACL_SUCCESS;
+    int n_visible = 0;
+    unsigned seen = 0;
+    for (const char *p = visible; *p;) {
+        char *end = NULL;
+        errno = 0;
+        long id = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
+        if (id < 0 || errno != 0 || id >= *count || (*end != ',' && *end != '\0') ||
+            (end[0] == ',' && end[1] == '\0'))
+            return ah_error(ACL_ERROR_INVALID_PARAM,
+                            "%s: ASCEND_RT_VISIBLE_DEVICES='%s' must list device ids in 0..%d "
+                            "(CANN_LLM_HOST_DEVICES=%d), separated by commas",
+                            api, visible, *count - 1, *count);
+        if (seen >> id & 1u)
+            return ah_error(ACL_ERROR_INVALID_PARAM,
+                            "%s: ASCEND_RT_VISIBLE_DEVICES='%s' lists device %ld twice", api,
+                            visible, id);
+        seen |= 1u << id;
+        n_visible++;
+        p = *end == ',' ? end + 1 : end;
+    }
+    *count = n_visible; /* may be 0: "" hides every device, as in CANN */
     return ACL_SUCCESS;
 }
 
