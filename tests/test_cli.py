@@ -31,6 +31,28 @@ def test_devices_lists_cann0_with_runtime(clm):
     assert "MiB" in result.stdout or "GiB" in result.stdout
 
 
+def test_ascend_rt_visible_devices_picks_and_renumbers_devices(clm):
+    # CANN's rule, which Ray relies on for actors that request NPUs: only the listed devices
+    # are visible, numbered from 0 in the list's order; a malformed list is an error naming it
+    if clm.runtime_name() != "acl_host":
+        pytest.skip("the device count of a real NPU host is not ours to set")
+    import os
+
+    def devices(visible):
+        env = dict(os.environ, CANN_LLM_HOST_DEVICES="4", ASCEND_RT_VISIBLE_DEVICES=visible)
+        return subprocess.run([shutil.which("cann-llm"), "devices"], capture_output=True,
+                              text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+
+    two = devices("3,1")
+    assert two.returncode == 0, two.stderr
+    assert "CANN0" in two.stdout and "CANN1" in two.stdout and "CANN2" not in two.stdout
+    for bad, why in [("1,1", "lists device 1 twice"), ("4", "0..3"), ("0,x", "0..3"),
+                     ("0,", "0..3")]:
+        out = devices(bad)
+        assert out.returncode == 1 and why in out.stderr, (bad, out.stderr)
+    assert "no CANN devices" in devices("").stderr
+
+
 def test_unknown_subcommand_exits_nonzero():
     result = _cann_llm("no-such-command")
     assert result.returncode == 2 and "invalid choice" in result.stderr
