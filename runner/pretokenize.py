@@ -37,6 +37,14 @@ _QWEN35 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
            r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
            r"|\s+(?!\S)|\s+")
 
+# Tekken (Mistral-Nemo): as Qwen2 with words split before an upper-case run ("camelCase" -> "camel",
+# "Case") and "/" kept after punctuation. Mistral's pattern has \p{Lu}/\p{Ll}-style classes; llama.cpp
+# writes "a letter that is not a-z" for upper and "a letter that is not A-Z" for lower, so outside
+# ASCII every letter counts as both (its collapsed text keeps no case), and so here.
+_TEKKEN = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
+           r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 # DeepSeek's own split: each CR/LF alone, then Latin/Greek/Cyrillic/... letter runs, ASCII and
 # full-width punctuation runs (each with one optional leading space), trailing whitespace, CJK and
 # Hangul runs, digits. llama.cpp writes "\s+$"; ECMAScript's $ is the end of the piece only (\Z).
@@ -193,6 +201,7 @@ def _table():
     add(["starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"],
         patterns=_STARCODER)
     add(["falcon"], patterns=_FALCON)
+    add(["tekken"], patterns=(_TEKKEN,), ignore_merges=True, clean_spaces=False, add_bos=True)
     # tokenizer.ggml.model "gemma4" always means this one, whatever tokenizer.ggml.pre says
     add(["gemma4", "granite-embed-multi-311m"], patterns=_NEWLINES, force_bos=True,
         byte_encode=False, escape_spaces=True, newline_tokens=True)

@@ -27,6 +27,24 @@ MEMBER_DIR = "vendor/llama.cpp/models/"
 MANIFEST = pathlib.Path(__file__).resolve().parent / "data" / "llama_cpp_vocab.sha256"
 
 
+_SEP = "\n__ggml_vocab_test__\n"
+
+
+def read_inp(path) -> list[str]:
+    """The texts of a ggml-vocab-*.gguf.inp file as llama.cpp's test-tokenizer-0 reads them: texts
+    end at a separator line or at the end of the file (gemma-4's last one has no separator)."""
+    raw = pathlib.Path(path).read_text(encoding="utf-8")
+    texts, pos = [], 0
+    while pos < len(raw):
+        end = raw.find(_SEP, pos)
+        if end < 0:
+            texts.append(raw[pos:])
+            break
+        texts.append(raw[pos:end])
+        pos = end + len(_SEP)
+    return texts
+
+
 def _expected() -> dict[str, str]:
     out = {}
     for line in MANIFEST.read_text().splitlines():
@@ -49,28 +67,35 @@ def _complete(directory: pathlib.Path, expected: dict[str, str]) -> bool:
     return all((directory / n).is_file() and _sha256(directory / n) == d for n, d in expected.items())
 
 
-def _download_sdist(dest: pathlib.Path) -> pathlib.Path:
-    """The sdist from the index's simple page (PEP 503), its sha256 checked."""
+def download_from_index(project: str, filename: str, dest: pathlib.Path,
+                        sha256: str | None = None) -> pathlib.Path:
+    """`filename` of `project` from the index's simple page (PEP 503) into `dest`, its sha256
+    checked against the index's and, when given, against `sha256`."""
     index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
-    page_url = f"{index}/{PROJECT}/"
+    page_url = f"{index}/{project}/"
     try:
         page = urllib.request.urlopen(page_url, timeout=60).read().decode("utf-8", "replace")
-        links = [u for u in re.findall(r'href="([^"]+)"', page) if ARCHIVE in u]
+        links = [u for u in re.findall(r'href="([^"]+)"', page) if filename in u]
         if not links:
-            raise RuntimeError(f"{page_url} lists no {ARCHIVE}")
+            raise RuntimeError(f"{page_url} lists no {filename}")
         url, _, fragment = urllib.parse.urljoin(page_url, links[0]).partition("#")
-        path = dest / ARCHIVE
+        path = dest / filename
         digest = hashlib.sha256()
         with urllib.request.urlopen(url, timeout=120) as response, open(path, "wb") as out:
             while chunk := response.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)
     except (OSError, RuntimeError) as exc:
-        raise RuntimeError(f"cannot fetch llama.cpp's tokenizer test data ({ARCHIVE} from "
-                           f"{index}): {exc}") from None
+        raise RuntimeError(f"cannot fetch test data ({filename} from {index}): {exc}") from None
     if fragment.startswith("sha256=") and digest.hexdigest() != fragment[7:]:
         raise RuntimeError(f"{url}: sha256 {digest.hexdigest()} is not the index's {fragment[7:]}")
+    if sha256 is not None and digest.hexdigest() != sha256:
+        raise RuntimeError(f"{url}: sha256 {digest.hexdigest()} is not the expected {sha256}")
     return path
+
+
+def _download_sdist(dest: pathlib.Path) -> pathlib.Path:
+    return download_from_index(PROJECT, ARCHIVE, dest)
 
 
 def vocab_dir() -> pathlib.Path:

@@ -21,7 +21,7 @@ from cann_llm.tokenizer import TokenAttr, Tokenizer, TokenizerError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 from conftest import GOLDEN_Q4_1 as GOLDEN  # noqa: E402
-from llama_cpp_data import vocab_dir  # noqa: E402
+from llama_cpp_data import read_inp, vocab_dir  # noqa: E402
 VOCAB_DIR = vocab_dir()
 # Every generation-model vocabulary of llama.cpp's models/ folder with vectors (bert-bge, a WPM
 # embedding vocabulary, is not supported), and its vector count: a changed file must be looked at,
@@ -30,21 +30,11 @@ N_VECTORS = {"llama-spm": 46, "llama-bpe": 46, "qwen2": 46, "gpt-2": 46, "deepse
              "deepseek-coder": 46, "command-r": 46, "falcon": 46, "mpt": 46, "starcoder": 46,
              "refact": 46, "phi-3": 46, "qwen35": 50, "gemma-4": 46}
 VOCABS = list(N_VECTORS)
-_SEP = "\n__ggml_vocab_test__\n"
 
 
 def load_vectors(name):
-    """(text, ids) pairs as test-tokenizer-0 reads them: texts end at a separator line or at the
-    end of the file (gemma-4's last one has no separator), one line of ids per text."""
-    raw = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
-    texts, pos = [], 0
-    while pos < len(raw):
-        end = raw.find(_SEP, pos)
-        if end < 0:
-            texts.append(raw[pos:])
-            break
-        texts.append(raw[pos:end])
-        pos = end + len(_SEP)
+    """(text, ids) pairs as test-tokenizer-0 reads them, one line of ids per text."""
+    texts = read_inp(VOCAB_DIR / f"ggml-vocab-{name}.gguf.inp")
     out_lines = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.out").read_text().split("\n")
     assert out_lines[-1] == ""
     expected = [[int(x) for x in line.split()] for line in out_lines[:-1]]
