@@ -3,6 +3,7 @@ it (SIGTERM, then the exit code is checked)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -23,14 +24,16 @@ class Server:
     """A `cann-llm serve` process: .url, .client (httpx), .health_seen (statuses of /health
     while it started), .log() (its stderr), .stop() -> exit code."""
 
-    def __init__(self, model_path, *args: str, threads: int = 1, timeout: float = 120):
+    def __init__(self, model_path, *args: str, threads: int | None = 1, timeout: float = 120,
+                 env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._err = tempfile.TemporaryFile("w+")
         cmd = [sys.executable, "-m", "cann_llm.cli", "serve", str(model_path), "--port",
-               str(self.port), "-t", str(threads), *args]
+               str(self.port), *(["-t", str(threads)] if threads else []), *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL,
+                                     env=None if env is None else {**os.environ, **env})
         self.health_seen: list[int] = []
         self.client = httpx.Client(base_url=self.url, timeout=120)
         deadline = time.monotonic() + timeout

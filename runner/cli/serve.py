@@ -3,6 +3,7 @@
 Checks the flags and the model file, then listens at once: /health answers 503 while the model
 loads on the engine thread and 200 when it is ready, which one line on stderr announces.
 SIGINT/SIGTERM drain the requests in flight (at most --drain-timeout seconds), then exit 0.
+With --replicas, server/replicas.py runs the same application N times on Ray Serve instead.
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ def register(commands) -> None:
                    help="on SIGINT/SIGTERM, seconds to let requests in flight finish (30)")
     p.add_argument("--max-body-size", type=int, default=16 * 2**20, metavar="BYTES",
                    help="largest request body accepted; larger ones get 413 (16 MiB)")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="N engine replicas behind this endpoint on Ray Serve, each on devices of "
+                        "its own that --device names as the replica sees them (CANN0, or "
+                        "CANN0,CANN1 for two each); requests go by prompt prefix and load; -t "
+                        "defaults to the cores / N. Needs the scale extra: "
+                        "pip install 'cann-llm[scale]' (docs/scale-out.md)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --replicas: run them on this Ray cluster (its head's HOST:PORT, "
+                        "or auto) instead of a local one")
     add_model_arguments(p, ctx_help="one sequence's context in tokens, prompt and answer "
                         "(default 4096)")
     p.set_defaults(handler=cmd_serve)
@@ -66,6 +76,23 @@ def _check(args) -> None:
                        f"(-c {args.ctx_size}): a long request could never fit")
     if args.max_body_size < 1024:
         raise RunError(f"--max-body-size must be >= 1024, got {args.max_body_size}")
+    if args.replicas is not None and not 1 <= args.replicas <= 64:
+        raise RunError(f"--replicas must be in 1..64, got {args.replicas}")
+    if args.ray_address is not None and args.replicas is None:
+        raise RunError("--ray-address needs --replicas (the replicas run on that cluster)")
+
+
+def _replica_devices(device: str) -> int:
+    """NPUs per replica for --replicas: Ray gives each replica its own devices, which it sees
+    renumbered from 0, so --device must name CANN0..CANNk-1 (or CPU: no NPU)."""
+    names = device.split(",")
+    if names == ["CPU"]:
+        return 0
+    if names != [f"CANN{i}" for i in range(len(names))]:
+        raise RunError(f"with --replicas, --device names the devices each replica sees, "
+                       f"numbered from 0 (CANN0, or CANN0,CANN1 for two per replica), got "
+                       f"{device}: Ray gives every replica its own")
+    return len(names)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -89,6 +116,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         load_kwargs=dict(flash_attn=args.flash_attn == "on", type_k=args.cache_type_k,
                          type_v=args.cache_type_v, convert=args.convert,
                          check_weights=not args.no_check, verbose=args.verbose, log=_log))
+    if args.replicas is not None:
+        return _serve_replicas(args, config, device)
     server = None
     failed = []
 
@@ -115,6 +144,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise RunError(f"cannot serve {path}: {failed[0]}")
     if not server.started:
         raise RunError(f"cannot listen on {args.host}:{args.port}")
+    return 0
+
+
+def _serve_replicas(args, config, device: str) -> int:
+    npus = _replica_devices(device)
+    from ..server import replicas
+    if args.threads is None and args.ray_address is None and \
+            not os.environ.get("CANN_LLM_THREADS"):
+        # the replicas share this host's cores (acl_host computes on them)
+        config.threads = max(1, (os.cpu_count() or 1) // args.replicas)
+    try:
+        replicas.run(config, replicas=args.replicas, npus_per_replica=npus, host=args.host,
+                     port=args.port, ray_address=args.ray_address,
+                     api_key=args.api_key or None, cors_origins=args.cors_origin,
+                     max_body=args.max_body_size, drain_timeout=args.drain_timeout, log=_log)
+    except replicas.ReplicasError as e:
+        raise RunError(str(e)) from None
     return 0
 
 
