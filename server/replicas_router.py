@@ -113,15 +113,26 @@ def choose(table: PrefixTable, keys: list[bytes], n_chars: int, loads: dict[str,
 
 class PromptPrefixRouter(RequestRouter):
     """Serve's router for the engine deployment (RequestRouterConfig.request_router_kwargs:
-    imbalance, min_match, capacity). State is this router's own: one per ingress replica."""
+    imbalance, min_match, capacity). Its state is its own: one router per ingress replica.
+    Load is counted here, per replica, from the moment a request is assigned until Serve
+    reports it completed: Serve's queue-length cache learns of a request only once it is sent,
+    too late for requests that arrive together."""
 
     def initialize_state(self, imbalance: float = 4, min_match: float = 0.1,
                          capacity: int = CAPACITY, **_) -> None:
         self._table = PrefixTable(capacity=capacity)
         self._imbalance, self._min_match = imbalance, min_match
+        self._inflight: dict[str, tuple[str, object]] = {}   # request id -> (replica, request)
+        self._done: OrderedDict[str, None] = OrderedDict()   # completed before reported routed
 
-    def _load(self, replica) -> int:
-        return self.replica_queue_len_cache.get(replica.replica_id) or 0
+    def _loads(self, replicas) -> dict[str, int]:
+        loads = dict.fromkeys(replicas, 0)
+        for key, (replica, request) in list(self._inflight.items()):
+            if request.future.cancelled():          # given up before it was sent
+                del self._inflight[key]
+            elif replica in loads:
+                loads[replica] += 1
+        return loads
 
     async def choose_replicas(self, candidate_replicas, pending_request=None):
         if pending_request is not None:
@@ -133,20 +144,35 @@ class PromptPrefixRouter(RequestRouter):
         if prompt is None or len(candidate_replicas) == 1:
             return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        loads = self._loads(by_id)
         keys = prefix_keys(prompt)
-        pick = choose(self._table, keys, min(len(prompt), MAX_BLOCKS * BLOCK),
-                      {i: self._load(r) for i, r in by_id.items()},
+        pick = choose(self._table, keys, min(len(prompt), MAX_BLOCKS * BLOCK), loads,
                       self._imbalance, self._min_match)
-        self._table.insert(keys, pick)       # now, so that concurrent prompts spread
-        rest = sorted((r for i, r in by_id.items() if i != pick), key=self._load)
+        # counted now, so that prompts arriving together see each other
+        self._table.insert(keys, pick)
+        self._inflight[pending_request.metadata.internal_request_id] = (pick, pending_request)
+        rest = sorted((r for i, r in by_id.items() if i != pick), key=lambda r: loads[
+            r.replica_id.unique_id])
         return [[by_id[pick]], rest]
 
     def on_request_routed(self, pending_request, replica_id, result) -> None:
-        """The replica that took the request holds its prefix (it may not be the one
-        chosen, when that one was full)."""
+        """The replica that took the request (not the chosen one when that one was full)
+        holds its prefix and counts it."""
+        request_id = pending_request.metadata.internal_request_id
+        if self._done.pop(request_id, False) is None:
+            self._inflight.pop(request_id, None)
+        else:
+            self._inflight[request_id] = (replica_id.unique_id, pending_request)
         prompt = prompt_of(pending_request)
         if prompt is not None:
             self._table.insert(prefix_keys(prompt), replica_id.unique_id)
+
+    def on_request_completed(self, replica_id, internal_request_id: str) -> None:
+        entry = self._inflight.pop(internal_request_id, None)
+        if entry is None or entry[0] != replica_id.unique_id:     # not reported routed yet
+            self._done[internal_request_id] = None
+            while len(self._done) > 1024:
+                self._done.popitem(last=False)
 
     def on_replica_actor_died(self, replica_id) -> None:
         super().on_replica_actor_died(replica_id)

@@ -123,6 +123,24 @@ def test_a_conversation_stays_on_the_replica_that_holds_its_prefix(server):
         assert raw.parse().usage.prompt_tokens_details.cached_tokens > 20
 
 
+def test_load_bounds_the_affinity(server):
+    """Six requests at once on one prefix: the replica holding it takes them until it has more
+    than --parallel (2) in flight beyond the other, which then gets the rest."""
+    rome = PARIS.replace("Paris", "Rome").replace("islands of the Seine", "Palatine hill")
+    seen = []
+
+    def one(i):
+        r = httpx.post(server.url + "/v1/completions", timeout=120, json={
+            "prompt": f"{rome} Part {i}.", "max_tokens": 16, "logit_bias": NO_EOS})
+        seen.append(replica_of(r.headers)["id"])
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(seen) == 6 and len(set(seen)) == 2, seen
+
+
 def test_streams_and_errors_pass_through_the_ingress(server):
     chunks = list(server.openai.completions.create(model=MODEL, prompt="Once upon a time",
                                                    max_tokens=6, stream=True, logit_bias=NO_EOS))
