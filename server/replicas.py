@@ -417,7 +417,8 @@ def run(config, *, replicas: int, npus_per_replica: int, host: str, port: int,
         try:
             serve.run(app, name=APP_NAME, route_prefix="/", logging_config=quiet)
         except RuntimeError as e:
-            raise ReplicasError(f"the replicas failed to start: {_first_line(e)}") from None
+            raise ReplicasError(f"the replicas failed to start: {deploy_failure(serve, e)}") \
+                from None
         deployed = True
         shown = f"[{host}]" if ":" in host else host
         log(f"cann-llm serve: listening on http://{shown}:{port} · model {config.alias} "
@@ -443,6 +444,20 @@ def run(config, *, replicas: int, npus_per_replica: int, host: str, port: int,
 
 class _Stopped(BaseException):
     """SIGINT/SIGTERM while the replicas were deploying."""
+
+
+def deploy_failure(serve, exc: BaseException) -> str:
+    """Why the application did not deploy: the last line of the engine deployment's message
+    (Serve ends it with the constructor's exception, e.g. the model that did not load), or
+    serve.run's own message."""
+    try:
+        message = serve.status().applications[APP_NAME].deployments["engine"].message
+        lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+        if lines and "constructor" in message:
+            return lines[-1].removeprefix("RuntimeError: ")
+    except Exception:
+        pass
+    return _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:
