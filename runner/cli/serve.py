@@ -88,7 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         embeddings=args.embeddings,
         load_kwargs=dict(flash_attn=args.flash_attn == "on", type_k=args.cache_type_k,
                          type_v=args.cache_type_v, convert=args.convert,
-                         check_weights=not args.no_check, verbose=args.verbose, log=_log))
+                         check_weights=not args.no_check, verbose=args.verbose, log=_log,
+                         tensor_parallel=args.tensor_parallel))
     server = None
     failed = []
 
@@ -102,7 +103,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shown = f"[{host}]" if ":" in host else host
         _log(f"cann-llm serve: listening on http://{shown}:{port} · model {alias} "
              f"({os.path.basename(path)}) · {config.parallel} slots × {config.n_ctx} tokens, "
-             f"{config.cells} KV cells · device {loop.model.devices[0]}")
+             f"{config.cells} KV cells · "
+             + (f"device {loop.model.devices[0]}" if args.tensor_parallel == 1 else
+                f"tensor parallel over {', '.join(loop.model.devices)}"))
 
     app = create_app(config, api_key=args.api_key or None, cors_origins=args.cors_origin,
                      max_body=args.max_body_size, on_ready=on_ready)
