@@ -243,7 +243,7 @@ class Model:
 
     def _init_front(self, path, n_ctx, n_batch, n_cells, flash_attn, chat_template, log,
                     verbose) -> None:
-        """What every model has whatever runs its forward pass (tensor_parallel.TPModel shares
+        """What every model has whatever runs its forward pass (tp_model.TPModel shares
         it): the GGUF's hyperparameters, the context and batch limits, the tokenizer and chat
         template, the timings."""
         import sys

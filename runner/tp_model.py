@@ -93,7 +93,8 @@ class TPModel(Model):
                  check_weights=True, chat_template=None, type_k="f16", type_v="f16",
                  n_cells=None, compiled_graph: bool = True):
         t0 = time.perf_counter()
-        self._actors, self._dag, self._ray, self._own_ray, self._failed = [], None, None, False, None
+        self._actors, self._dag, self._ray = [], None, None
+        self._own_ray, self._failed = False, None
         type_k, type_v = kv_type(type_k, "type_k"), kv_type(type_v, "type_v")
         if str(device).upper() != "CANN0":
             raise ValueError(f"--tensor-parallel places one rank per device through Ray's NPU "
