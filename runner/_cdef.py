@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 2
+CLM_ABI_VERSION = 3
 
 CDEF = r"""
-#define CLM_ABI_VERSION 2
+#define CLM_ABI_VERSION 3
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -73,6 +73,8 @@ typedef enum clm_op {
     CLM_OP_CLAMP,
     CLM_OP_DIV,
     CLM_OP_MUL_MAT_ID,
+    CLM_OP_ALL_REDUCE,
+    CLM_OP_ALL_GATHER,
     CLM_OP_COUNT,
 } clm_op;
 
@@ -252,6 +254,10 @@ clm_status clm_clamp(clm_context *ctx, clm_tensor *a, float min, float max, clm_
 clm_status clm_mul_mat_id(clm_context *ctx, clm_tensor *as, clm_tensor *b, clm_tensor *ids,
                           clm_tensor **out);
 
+clm_status clm_all_reduce(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+
+clm_status clm_all_gather(clm_context *ctx, clm_tensor *a, int32_t n_ranks, clm_tensor **out);
+
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);
 
 clm_status clm_graph_build_forward(clm_graph *graph, clm_tensor *tensor);
@@ -361,6 +367,11 @@ typedef struct clm_cann_node_time {
 
 clm_status clm_cann_profile(clm_backend *backend, bool on);
 clm_status clm_cann_profile_take(clm_backend *backend, clm_cann_node_time *out, size_t cap, size_t *n);
+
+#define CLM_COMM_ROOT_INFO_BYTES 4108
+clm_status clm_cann_comm_root_info(clm_backend *backend, void *out, size_t size);
+clm_status clm_cann_comm_init(clm_backend *backend, int32_t n_ranks, int32_t rank, const void *root_info,
+                              size_t size);
 
 clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size);
 clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size);

@@ -537,6 +537,16 @@ class Context(_Owned):
         """ggml_clamp: MAX(MIN(x, max), min) element by element; a's type and shape."""
         return self._unary_node(lib.clm_clamp, a, float(min), float(max), what="clm_clamp")
 
+    def all_reduce(self, a) -> "Tensor":
+        """Tensor parallelism: the sum of every rank's a (contiguous F32/F16/BF16), a's shape and
+        type; run by a backend with a communicator (Backend.comm_init)."""
+        return self._unary_node(lib.clm_all_reduce, a, what="clm_all_reduce")
+
+    def all_gather(self, a, n_ranks: int) -> "Tensor":
+        """Tensor parallelism: a [ne0, ne1, ne2] (contiguous float) of every rank ->
+        [ne0, ne1, ne2, n_ranks], rank r's at index r of ne3."""
+        return self._unary_node(lib.clm_all_gather, a, int(n_ranks), what="clm_all_gather")
+
     def mul_mat_id(self, as_, b, ids) -> "Tensor":
         """ggml_mul_mat_id: as_ [K, N, n_as] (expert weights), b [K, n_b1, n_tokens] (n_b1 1 or
         dividing n_ids), ids I32 [n_ids, n_tokens] -> F32 [N, n_ids, n_tokens], with
@@ -959,6 +969,22 @@ class Backend(_Owned):
 
     def event_wait(self, event: Event) -> None:
         check(lib.clm_backend_event_wait(self._handle(), event._handle()), "event_wait")
+
+    # CANN backends only: the tensor-parallel communicator (HCCL) of this backend's device
+    def comm_root_info(self) -> bytes:
+        """Rank 0 of a tensor-parallel group: the RootInfo bytes every rank passes to
+        comm_init (HcclGetRootInfo on this backend's device)."""
+        out = ffi.new("char[]", lib.CLM_COMM_ROOT_INFO_BYTES)
+        check(lib.clm_cann_comm_root_info(self._handle(), out, lib.CLM_COMM_ROOT_INFO_BYTES),
+              "clm_cann_comm_root_info")
+        return bytes(ffi.buffer(out))
+
+    def comm_init(self, n_ranks: int, rank: int, root_info: bytes) -> None:
+        """Join the communicator of root_info as `rank` of n_ranks (returns once every rank has
+        joined); this backend's ALL_REDUCE / ALL_GATHER nodes run over it."""
+        root_info = bytes(root_info)
+        check(lib.clm_cann_comm_init(self._handle(), int(n_ranks), int(rank), root_info,
+                                     len(root_info)), "clm_cann_comm_init")
 
     # CANN backends only: scratch-pool and graph-capture counters, raw pool blocks for tests
     def stats(self) -> dict:

@@ -51,7 +51,8 @@ class ContextFullError(ValueError):
 class KVCache:
     """Cells with positions and sequence sets; K and V of layer il are [n_embd_gqa, n_ctx] tensors
     of type_k / type_v (F16 by default, or F32: KV_TYPES) with one row per cell, in the buffer type
-    `buffer_type_for_layer(il)` returns."""
+    `buffer_type_for_layer(il)` returns. buffer_type_for_layer None: the cells only, no tensors
+    (the driver of tensor-parallel ranks, whose K and V live in the ranks)."""
 
     def __init__(self, n_layer: int, n_embd_k_gqa: int, n_embd_v_gqa: int, n_ctx: int,
                  buffer_type_for_layer, type_k=be.TensorType.F16, type_v=be.TensorType.F16):
@@ -62,7 +63,7 @@ class KVCache:
         self.ctx = be.Context(max_tensors=2 * n_layer + 4)
         self.k, self.v = [], []
         groups: dict = {}
-        for il in range(n_layer):
+        for il in range(n_layer if buffer_type_for_layer is not None else 0):
             k = self.ctx.new_tensor(type_k, [n_embd_k_gqa, n_ctx], name=f"cache_k_l{il}")
             v = self.ctx.new_tensor(type_v, [n_embd_v_gqa, n_ctx], name=f"cache_v_l{il}")
             self.k.append(k)

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import backend as be
 from . import profiler
-from .arch import build_graph
+from .arch import build_graph, get as get_arch
 from .kv_cache import MAX_SEQ, ContextFullError, KVCache, kv_type
 from .loader import POOLING_TYPES, open_gguf
 from .sampler import SamplingParams
@@ -119,16 +119,25 @@ class NonFiniteLogitsError(RuntimeError):
 
 def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
          convert=None, verbose=False, log=None, check_weights=True,
-         chat_template=None, type_k="f16", type_v="f16", n_cells=None) -> "Model":
+         chat_template=None, type_k="f16", type_v="f16", n_cells=None,
+         tensor_parallel=1) -> "Model":
     """Load a GGUF model (path None: the default model, fetched on first use); check_weights:
     refuse weights with NaN/inf values or scales (a corrupt file) at load; chat_template: a
     Jinja template source that replaces the GGUF's tokenizer.chat_template; type_k / type_v:
     the KV cache types, "f16" or "f32" (llama.cpp's -ctk / -ctv); n_ctx: one sequence's
     context; n_cells: the KV cells all sequences share (default n_ctx; a server holds several
-    sequences)."""
+    sequences); tensor_parallel N > 1: the model split over N ranks, Ray actors with one device
+    each (cann_llm.tp_model.TPModel; needs the `scale` extra)."""
     if path is None:
         from .model_store import default_model_path
         path = default_model_path(download=True)
+    if int(tensor_parallel) != 1:
+        from .tp_model import TPModel
+        return TPModel(path, int(tensor_parallel), device=device, n_ctx=n_ctx,
+                       n_threads=n_threads, n_batch=n_batch, flash_attn=flash_attn,
+                       convert=convert, verbose=verbose, log=log, check_weights=check_weights,
+                       chat_template=chat_template, type_k=type_k, type_v=type_v,
+                       n_cells=n_cells)
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
                  check_weights=check_weights, chat_template=chat_template, type_k=type_k,
@@ -156,39 +165,24 @@ class Model:
     def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
                  flash_attn=True, convert=None, verbose=False, log=None, decline=(),
                  check_weights=True, chat_template=None, type_k="f16", type_v="f16",
-                 n_cells=None):
+                 n_cells=None, shard=None):
+        """shard: one tensor-parallel rank's part of the model (tensor_parallel.Shard): its
+        heads, FFN columns and vocabulary rows on its one device, its graphs with collectives;
+        driven by tensor_parallel.TPRank, not by decode()."""
         t0 = time.perf_counter()
         prof = profiler.from_env()          # CANN_LLM_PROFILE: its clock starts before the load
         load_start_us = prof.now_us() if prof is not None else 0.0
         type_k, type_v = kv_type(type_k, "type_k"), kv_type(type_v, "type_v")   # before the load
-        import sys
-        self._log = log or (lambda msg: print(msg, file=sys.stderr))
-        self.verbose = verbose
         _claim_threads(n_threads)
-        self.gguf = open_gguf(path)
-        hp = self.hparams = self.gguf.hparams
-        n_ctx = int(n_ctx)
-        if n_ctx <= 0:
-            n_ctx = hp.n_ctx_train
-        if n_ctx > hp.n_ctx_train:
-            raise ValueError(f"n_ctx={n_ctx} is beyond the model's training context "
-                             f"({hp.n_ctx_train} tokens); use -c {hp.n_ctx_train} or less")
-        if int(n_batch) < 1:
-            raise ValueError(f"n_batch must be >= 1, got {n_batch}")
-        n_cells = n_ctx if n_cells is None else int(n_cells)
-        if n_cells < n_ctx:
-            raise ValueError(f"n_cells={n_cells}: the KV cache must hold at least one whole "
-                             f"context (n_ctx={n_ctx})")
-        self.n_ctx, self.n_batch = n_ctx, min(int(n_batch), n_ctx)
-        self.n_cells = n_cells          # KV cells shared by all sequences (n_ctx: one's limit)
-        self.flash_attn = bool(flash_attn)
-
-        from .tokenizer import Tokenizer
-        from .chat_template import ChatTemplate
-        self.tokenizer = Tokenizer(self._tokenizer_metadata(), name=os.path.basename(str(path)))
-        self.chat_template = ChatTemplate.from_tokenizer(self.tokenizer, source=chat_template)
+        self._init_front(path, n_ctx, n_batch, n_cells, flash_attn, chat_template, log, verbose)
+        hp, n_cells = self.hparams, self.n_cells
+        self._shard = shard
+        self._graph_hp = hp if shard is None else shard.hparams   # what the graphs are built of
+        self._tp_graph = None if shard is None else shard.graph_info
 
         names = parse_devices(device)
+        if shard is not None and (len(names) != 1 or names == ["CPU"]):
+            raise ValueError(f"a tensor-parallel rank runs on one CANN device, not {device!r}")
         self.devices = names
         registry = be.Registry()
         by_name = {d.name: d for d in registry.devices}
@@ -218,20 +212,22 @@ class Model:
             return out_buft if il is None else layer_buft[il]
 
         try:
-            self.weights = load_weights(self.gguf, buffer_type_for, convert=convert,
-                                        log=self._log, check=check_weights)
+            if shard is None:
+                self.weights = load_weights(self.gguf, buffer_type_for, convert=convert,
+                                            log=self._log, check=check_weights)
+            else:
+                self.weights = shard.load_weights(self.gguf, out_buft, convert=convert,
+                                                  log=self._log, check=check_weights)
         except BaseException as exc:
             self.sched.close()
             if isinstance(exc, be.CannError) and exc.status == be.Status.ERR_OUT_OF_MEMORY:
                 raise MemoryError(f"{path}: the weights do not fit in device memory: "
                                   f"{exc.message}") from None
             raise
-        self.kv = KVCache(hp.n_layer, hp.head_dim * hp.n_head_kv, hp.head_dim * hp.n_head_kv,
+        ghp = self._graph_hp
+        self.kv = KVCache(hp.n_layer, ghp.head_dim * ghp.n_head_kv, ghp.head_dim * ghp.n_head_kv,
                           n_cells, lambda il: layer_buft[il], type_k=type_k, type_v=type_v)
         self._graphs: OrderedDict = OrderedDict()
-        self._seq_tokens: list[int] = []        # what seq 0 holds (prefix reuse in generate)
-        self._timings = {"load_ms": 0.0, "prompt_tokens": 0, "prompt_ms": 0.0,
-                         "gen_tokens": 0, "gen_ms": 0.0}
         self._warm_up_op_caches()
         # reserve the worst case (a full micro-batch over the whole context) so later graphs fit
         self._get_plan(self.n_batch, self.kv.n_kv(np.array([n_cells - 1])), self.n_batch)
@@ -245,12 +241,48 @@ class Model:
         if verbose:
             self._log(self.describe())
 
+    def _init_front(self, path, n_ctx, n_batch, n_cells, flash_attn, chat_template, log,
+                    verbose) -> None:
+        """What every model has whatever runs its forward pass (tp_model.TPModel shares
+        it): the GGUF's hyperparameters, the context and batch limits, the tokenizer and chat
+        template, the timings."""
+        import sys
+        self._log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.verbose = verbose
+        self.gguf = open_gguf(path)
+        hp = self.hparams = self.gguf.hparams
+        n_ctx = int(n_ctx)
+        if n_ctx <= 0:
+            n_ctx = hp.n_ctx_train
+        if n_ctx > hp.n_ctx_train:
+            raise ValueError(f"n_ctx={n_ctx} is beyond the model's training context "
+                             f"({hp.n_ctx_train} tokens); use -c {hp.n_ctx_train} or less")
+        if int(n_batch) < 1:
+            raise ValueError(f"n_batch must be >= 1, got {n_batch}")
+        n_cells = n_ctx if n_cells is None else int(n_cells)
+        if n_cells < n_ctx:
+            raise ValueError(f"n_cells={n_cells}: the KV cache must hold at least one whole "
+                             f"context (n_ctx={n_ctx})")
+        self.n_ctx, self.n_batch = n_ctx, min(int(n_batch), n_ctx)
+        self.n_cells = n_cells          # KV cells shared by all sequences (n_ctx: one's limit)
+        self.flash_attn = bool(flash_attn)
+        arch = get_arch(hp.arch)
+        self._swa = any(arch.is_swa(hp, il) for il in range(hp.n_layer))   # kq_mask_swa input
+
+        from .tokenizer import Tokenizer
+        from .chat_template import ChatTemplate
+        self.tokenizer = Tokenizer(self._tokenizer_metadata(), name=os.path.basename(str(path)))
+        self.chat_template = ChatTemplate.from_tokenizer(self.tokenizer, source=chat_template)
+        self._seq_tokens: list[int] = []        # what seq 0 holds (prefix reuse in generate)
+        self._timings = {"load_ms": 0.0, "prompt_tokens": 0, "prompt_ms": 0.0,
+                         "gen_tokens": 0, "gen_ms": 0.0}
+
     def _warm_up_op_caches(self):
         """Run one ROPE over n_batch positions on every device: the backend's per-stream sin/cos
         tables reach their largest size now. A later, longer prompt would otherwise regrow them,
         and regrowing a table drops every graph captured so far (GGML_CANN_ACL_GRAPH), so decode
         would capture again."""
-        hp = self.hparams
+        hp = self._graph_hp
         for slot in self.sched.slots[:-1]:
             with be.Context(8) as ctx:
                 x = ctx.new_tensor(be.TensorType.F32, [hp.head_dim, 1, self.n_batch])
@@ -289,8 +321,9 @@ class Model:
             entry = None
         if entry is None:
             with profiler.span("plan graph", n_tokens=n_tokens, n_kv=n_kv, n_outputs=n_outputs):
-                fg = build_graph(self.hparams, self.weights.tensors, self.kv, n_tokens, n_kv,
-                                 n_outputs, flash_attn=self.flash_attn, embeddings=embeddings)
+                fg = build_graph(self._graph_hp, self.weights.tensors, self.kv, n_tokens, n_kv,
+                                 n_outputs, flash_attn=self.flash_attn, embeddings=embeddings,
+                                 tp=self._tp_graph)
                 outputs = {"embd": fg.embd} if embeddings else {"logits": fg.logits}
                 plan = self.sched.plan(fg.graph, fg.inputs, outputs, split_each_node=each_node)
             entry = (fg, plan)
@@ -343,15 +376,13 @@ class Model:
             if len(out_ids) == 0:
                 out_ids = np.array([n - 1], dtype=np.int32)
             n_kv = self.kv.n_kv()
-            fg, plan = self._get_plan(n, n_kv, n_out, each_node=eval_callback is not None,
-                                      embeddings=embeddings)
             values = {"inp_tokens": tokens, "inp_pos": pos.astype(np.int32),
                       "kq_mask": self.kv.mask(n_kv, pos, seq_ids), "kv_idxs": cells,
                       "inp_out_ids": out_ids}
-            if "kq_mask_swa" in fg.inputs:      # local attention layers (sliding window)
+            if self._swa:       # local attention layers (sliding window)
                 values["kq_mask_swa"] = self.kv.mask(n_kv, pos, seq_ids,
                                                      n_swa=self.hparams.extra["n_swa"])
-            result = plan.run(values, eval_callback)
+            result = self._forward(n, n_kv, n_out, values, eval_callback, embeddings)
         except BaseException:
             self.kv.release(cells)
             raise
@@ -367,6 +398,15 @@ class Model:
             _check_logits(rows, pos[out_ids], seq_ids[out_ids], self.gguf.path,
                           "embeddings" if embeddings else "logits")
         return rows
+
+    def _forward(self, n_tokens: int, n_kv: int, n_outputs: int, values: dict, eval_callback,
+                 embeddings: bool) -> dict | None:
+        """One micro-batch's graph run on the inputs `values` (name -> numpy array): {"logits":
+        F32 [n_outputs, n_vocab]} or {"embd": ...} (reshaped by the caller), None when an
+        eval_callback stopped it. tensor_parallel.TPModel runs it on its ranks instead."""
+        fg, plan = self._get_plan(n_tokens, n_kv, n_outputs, each_node=eval_callback is not None,
+                                  embeddings=embeddings)
+        return plan.run(values, eval_callback)
 
     def logits(self, ids, eval_callback=None) -> np.ndarray | None:
         """Teacher-forced logits float32 [len(ids), n_vocab] of `ids` on a fresh sequence.

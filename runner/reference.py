@@ -671,6 +671,9 @@ _COMPUTE = {
 
 SUPPORTED_OPS = frozenset(_COMPUTE)
 VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+# Tensor parallelism's collectives: their result depends on the other ranks' processes, which
+# only a device with an HCCL communicator reaches (runner/tensor_parallel.py); the CPU has none.
+COLLECTIVE_OPS = frozenset({Op.ALL_REDUCE, Op.ALL_GATHER})
 _KNOWN_SUBOPS = {Op.UNARY: {int(op) for op in _UNARY}, Op.GLU: {int(op) for op in _GLU_ACT},
                  Op.ARGSORT: {int(order) for order in SortOrder}}
 

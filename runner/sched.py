@@ -460,9 +460,11 @@ class Plan:
             sp.graph = g
 
     # ---- running ---------------------------------------------------------------------------------
-    def run(self, values: dict, eval_callback=None) -> dict | None:
+    def run(self, values: dict, eval_callback=None, read_outputs: bool = True) -> dict | None:
         """Upload the inputs (name -> numpy array, numpy order), compute every split, return the
-        outputs (name -> numpy array). With eval_callback(name, op, type, ne, data), each computed
+        outputs (name -> numpy array); read_outputs=False computes without reading them back
+        ({}: a tensor-parallel rank whose results rank 0 returns). With eval_callback(name, op,
+        type, ne, data), each computed
         node is shown to it (plan with split_each_node=True to see every node); a False return
         stops the run and run() returns None. A callback taking a sixth positional argument also
         gets an EvalNode (source names and values, write-back)."""
@@ -501,7 +503,7 @@ class Plan:
                     return None
         out = {}
         with profiler.span("download outputs"):
-            for name, t in self.outputs.items():
+            for name, t in (self.outputs.items() if read_outputs else ()):
                 k = self.assign[self.index[t.address]] if t.address in self.index else None
                 if k is None or slots[k].is_cpu:
                     out[name] = mem.read(t).reshape(t.shape).copy()

@@ -9,7 +9,9 @@
 #                                             torch-npu wheel
 #
 # Both modes compile every backend source (backend_cann/src) in toolkit mode against the real
-# runtime headers, with implicit declarations as errors. The full mode also compiles a C++ unit
+# runtime headers, with implicit declarations as errors, and check the project's HCCL
+# declarations (backend_cann/acl_host/include/aclnn_c/hccl_api.h) against the real hccl.h and
+# hccl_types.h (enumerators, RootInfo size, prototypes). The full mode also compiles a C++ unit
 # that includes the real aclnn headers together with the project's declarations
 # (backend_cann/acl_host/include/aclnn_c/aclnn_api.h), so any
 # prototype that differs from CANN's is a "conflicting declaration" compile error, and checks
@@ -51,9 +53,67 @@ for src in "$backend"/src/core/*.c "$backend"/src/cann/*.c; do
   fi
 done
 [ $status -eq 0 ] && echo "ok: backend sources compile against the real runtime headers"
+
+# 2. The project's HCCL declarations (hccl_api.h) against the real hccl.h / hccl_types.h (C++
+# only; the toolkit has them in include/hccl/, torch-npu in include/third_party/hccl/inc/hccl/):
+# every enumerator the project declares exists in the real header with the same value and enum
+# type, HcclRootInfo has the same size, every declared function exists there, and the prototypes,
+# re-declared against the real types, must agree with the real ones (else a conflicting
+# declaration of a C function is a compile error).
+hccl_h=""
+for cand in "$include_dir/hccl/hccl.h" "$include_dir/third_party/hccl/inc/hccl/hccl.h"; do
+  if [ -f "$cand" ]; then hccl_h=$cand; break; fi
+done
+[ -n "$hccl_h" ] || { echo "check_headers: no hccl/hccl.h under $include_dir" >&2; exit 1; }
+echo "hccl headers: $(dirname "$hccl_h")"
+hccl_decls="$decls_dir/hccl_api.h"
+hccl_unit=$(mktemp --suffix=.cpp)
+trap 'rm -f "$hccl_unit"' EXIT
+{
+  echo '#include <type_traits>'
+  echo "#include \"$hccl_h\""
+  echo 'namespace clm {'
+  echo '#define CLM_HCCL_TYPES_ONLY'
+  echo "#include \"$hccl_decls\""
+  echo '#undef CLM_HCCL_TYPES_ONLY'
+  echo '}'
+  # "typedef enum {" ... "} Name;": each enumerator NAME = value checked against the real one
+  awk '/^typedef enum/ { inside = 1; n = 0; next }
+       inside && /^} *[A-Za-z_]+;/ { name = $2; sub(";", "", name)
+         for (i = 0; i < n; i++)
+           printf "static_assert(static_cast<long long>(clm::%s) == static_cast<long long>(::%s) && std::is_same<decltype(::%s), ::%s>::value, \"%s differs from the real %s\");\n", e[i], e[i], e[i], name, e[i], name
+         inside = 0; next }
+       inside { line = $0; sub("/[*].*", "", line); k = split(line, parts, ",")
+                for (i = 1; i <= k; i++) if (match(parts[i], /[A-Z][A-Z_0-9]+/))
+                  e[n++] = substr(parts[i], RSTART, RLENGTH) }' "$hccl_decls"
+  echo 'static_assert(sizeof(clm::HcclRootInfo) == sizeof(::HcclRootInfo), "HcclRootInfo size");'
+  echo 'static_assert(clm::HCCL_ROOT_INFO_BYTES == ::HCCL_ROOT_INFO_BYTES, "HCCL_ROOT_INFO_BYTES");'
+  echo 'static_assert(std::is_same<clm::HcclComm, ::HcclComm>::value, "HcclComm");'
+  echo '#undef CANN_LLM_HCCL_API_H'
+  echo '#define CLM_HCCL_PROTOTYPES_ONLY'
+  echo "#include \"$hccl_decls\""
+} > "$hccl_unit"
+n_enum=$(grep -c '^static_assert(static_cast' "$hccl_unit" || true)
+hccl_functions=$(grep -ohE '\b(Hccl[A-Za-z0-9_]+)\(' "$hccl_decls" | tr -d '(' | sort -u)
+hccl_missing=0
+for fn in $hccl_functions; do
+  if ! grep -qE "\\b$fn\\(" "$hccl_h"; then
+    echo "FAIL: $fn is declared in hccl_api.h but not in $hccl_h" >&2
+    hccl_missing=1
+  fi
+done
+if [ "$n_enum" -gt 0 ] && "$CXX" -std=c++17 -fsyntax-only -I"$include_dir" "$hccl_unit" && \
+    [ $hccl_missing -eq 0 ]; then
+  echo "ok: hccl_api.h matches the real HCCL headers ($n_enum enumerators," \
+       "$(echo "$hccl_functions" | wc -w) functions, HcclRootInfo)"
+else
+  echo "FAIL: hccl_api.h disagrees with the real HCCL headers (see above)" >&2
+  status=1
+fi
+rm -f "$hccl_unit"
 [ $runtime_only -eq 1 ] && exit $status
 
-# 2. The project's aclnn declarations against the real aclnn headers.
+# 3. The project's aclnn declarations against the real aclnn headers.
 aclnnop_dir=""
 for cand in "$include_dir/aclnnop" "$root/opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop" \
             "$root"/*/opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop; do

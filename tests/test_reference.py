@@ -577,11 +577,15 @@ def test_unknown_op_raises_reference_error():
 
 
 def test_dispatch_table_covers_every_op_of_the_header():
-    """The reference is the CPU device of the splitter: every op of cann_llm.h except the views
-    and NONE has an entry in its table (the one list of what the CPU supports)."""
+    """The reference is the CPU device of the splitter: every op of cann_llm.h except the views,
+    NONE and the collectives (only a device with a communicator runs them) has an entry in its
+    table (the one list of what the CPU supports)."""
     known = {op.name for op in ref.SUPPORTED_OPS | ref.VIEW_OPS}
     missing = {op.name for op in clm.Op} - known - {"NONE"}
-    assert missing == set()
+    assert missing == {op.name for op in ref.COLLECTIVE_OPS} == {"ALL_REDUCE", "ALL_GATHER"}
+    with clm.Context() as ctx:
+        a = ctx.new_tensor(T.F32, (8,))
+        assert not ref.supports(ctx.all_reduce(a)) and not ref.supports(ctx.all_gather(a, 2))
 
 
 def test_cpu_slot_supports_what_the_table_computes():

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 2
+#define CLM_ABI_VERSION 3
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -85,6 +85,8 @@ typedef enum clm_op {
     CLM_OP_CLAMP,
     CLM_OP_DIV,
     CLM_OP_MUL_MAT_ID,
+    CLM_OP_ALL_REDUCE,
+    CLM_OP_ALL_GATHER,
     CLM_OP_COUNT,
 } clm_op;
 
@@ -307,6 +309,16 @@ clm_status clm_clamp(clm_context *ctx, clm_tensor *a, float min, float max, clm_
 clm_status clm_mul_mat_id(clm_context *ctx, clm_tensor *as, clm_tensor *b, clm_tensor *ids,
                           clm_tensor **out);
 
+/* Tensor parallelism: collectives over the ranks of the communicator of the backend that runs the
+ * graph (clm_cann_comm_init). Every rank's graph holds the same collective nodes, in the same
+ * order, with the same shapes. No CPU fallback: only a device with a communicator runs them. */
+/* all_reduce (sum): a contiguous F32/F16/BF16 tensor -> the same shape and type, the elementwise
+ * sum of every rank's a (Megatron's row-parallel output). */
+clm_status clm_all_reduce(clm_context *ctx, clm_tensor *a, clm_tensor **out);
+/* all_gather: a contiguous F32/F16/BF16 tensor [ne0, ne1, ne2, 1] -> [ne0, ne1, ne2, n_ranks],
+ * rank r's a at index r of ne3 (the order of HcclAllGather). op_params[0] = n_ranks. */
+clm_status clm_all_gather(clm_context *ctx, clm_tensor *a, int32_t n_ranks, clm_tensor **out);
+
 /* ---- graphs ------------------------------------------------------------------------------ */
 clm_status clm_graph_new(clm_context *ctx, size_t max_nodes, clm_graph **out);
 /* Adds tensor and everything it depends on, in topological order (ggml_build_forward_expand). */
@@ -427,6 +439,16 @@ typedef struct clm_cann_node_time {
 
 clm_status clm_cann_profile(clm_backend *backend, bool on);
 clm_status clm_cann_profile_take(clm_backend *backend, clm_cann_node_time *out, size_t cap, size_t *n);
+/* A tensor-parallel group: rank 0 makes the RootInfo (HcclGetRootInfo on its backend's device),
+ * the application hands the bytes to every rank, and each rank joins with clm_cann_comm_init
+ * (HcclCommInitRootInfo: blocks until all n_ranks have joined). The communicator belongs to the
+ * backend: its ALL_REDUCE / ALL_GATHER nodes run over it on the backend's stream; it is destroyed
+ * with the backend. One communicator per backend. */
+#define CLM_COMM_ROOT_INFO_BYTES 4108
+clm_status clm_cann_comm_root_info(clm_backend *backend, void *out, size_t size);
+clm_status clm_cann_comm_init(clm_backend *backend, int32_t n_ranks, int32_t rank, const void *root_info,
+                              size_t size);
+
 /* Temporary device memory from the backend's pool, valid in stream order; free in LIFO order. */
 clm_status clm_cann_pool_alloc(clm_backend *backend, size_t size, void **ptr, size_t *actual_size);
 clm_status clm_cann_pool_free(clm_backend *backend, void *ptr, size_t size);

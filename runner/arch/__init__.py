@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .base import ROPE_NEOX, ROPE_NORMAL, Arch, Key
 from .gemma3 import Gemma3
-from .llama import ForwardGraph, Llama
+from .llama import ForwardGraph, Llama, TPGraph
 from .phi3 import Phi3
 from .qwen2 import Qwen2
 from .qwen3 import Qwen3
@@ -33,11 +33,12 @@ def get(name: str) -> Arch:
 
 
 def build_graph(hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
-                flash_attn: bool = True, embeddings: bool = False) -> ForwardGraph:
+                flash_attn: bool = True, embeddings: bool = False,
+                tp: TPGraph | None = None) -> ForwardGraph:
     """The forward graph of one micro-batch for hp.arch (see Arch.build_graph)."""
     return get(hp.arch).build_graph(hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn,
-                                    embeddings)
+                                    embeddings, tp)
 
 
-__all__ = ["ARCHS", "Arch", "ForwardGraph", "Key", "ROPE_NEOX", "ROPE_NORMAL", "build_graph",
-           "get", "supported"]
+__all__ = ["ARCHS", "Arch", "ForwardGraph", "Key", "ROPE_NEOX", "ROPE_NORMAL", "TPGraph",
+           "build_graph", "get", "supported"]

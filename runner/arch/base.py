@@ -156,10 +156,11 @@ class Arch:
         return {self.tensor("rope_freqs"): (hp.rope_n_dims // 2,)}
 
     def build_graph(self, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
-                    flash_attn: bool = True, embeddings: bool = False):
+                    flash_attn: bool = True, embeddings: bool = False, tp=None):
         """The forward graph of one micro-batch (a ForwardGraph, see arch/llama.py): logits of
         the n_outputs rows, or with embeddings=True their final-norm hidden states (result_norm
-        F32 [n_embd, n_outputs]) and no output projection."""
+        F32 [n_embd, n_outputs]) and no output projection. tp: a tensor-parallel rank's graph
+        (arch/llama.py's TPGraph), with hp and weights its shard's."""
         raise NotImplementedError(f"architecture {self.name!r} has no graph builder")
 
     def __repr__(self):

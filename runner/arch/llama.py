@@ -7,6 +7,12 @@ The graph writes this micro-batch's K and V into the cache rows given by an inde
 (SET_ROWS) and attends over the first n_kv cells under the KQ mask. Only the rows listed in
 inp_out_ids reach the output projection; an embeddings graph stops at result_norm (no output
 projection). Shapes are ggml order: [n_embd, n_tokens] is n_tokens rows of n_embd.
+
+With `tp` (a tensor-parallel rank, runner/tensor_parallel.py) the same graph runs on one rank's
+shard: hp holds the rank's heads, KV heads, FFN columns and vocabulary rows; the embedding is a
+masked lookup of the rank's vocabulary rows summed over the ranks (ALL_REDUCE), the attention
+output and FFN down projections are summed over the ranks (ALL_REDUCE, before their biases and
+post-norms), and the logits of the ranks' vocabulary shards are gathered (ALL_GATHER).
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ from .base import ROPE_NORMAL, Arch
 
 if TYPE_CHECKING:      # the backend loads with the first graph: the loader reads declarations only
     from .. import backend as be
+
+
+@dataclass(frozen=True)
+class TPGraph:
+    """What the graph of a tensor-parallel rank needs beyond its shard's hp: the rank count and
+    the rows of its vocabulary shard (equal on every rank, the last one padded with zero rows)."""
+    n_ranks: int
+    vocab_rows: int
 
 
 @dataclass
@@ -40,10 +54,12 @@ def _input(ctx, ttype, ne, name):
 
 
 def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_outputs: int,
-                flash_attn: bool = True, embeddings: bool = False) -> ForwardGraph:
+                flash_attn: bool = True, embeddings: bool = False,
+                tp: TPGraph | None = None) -> ForwardGraph:
     """The graph of one micro-batch: n_tokens new tokens, attention over cells [0, n_kv) of the
     unified cache `kv` (runner.kv_cache.KVCache), logits for n_outputs of the tokens (embeddings:
-    their final-norm hidden states, result_norm, instead)."""
+    their final-norm hidden states, result_norm, instead). tp: one tensor-parallel rank's graph
+    (module doc); its logits are [vocab_rows * n_ranks, n_outputs], the padding rows last."""
     from .. import backend as be
     from ..backend import TensorType
     n_layer, n_embd, head_dim = hp.n_layer, hp.n_embd, hp.head_dim
@@ -76,6 +92,13 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
 
     graph = ctx.new_graph(max_nodes=per_layer * n_layer + 64)
     inpL = name(ctx.get_rows(w[tn("token_embd")], inp_tokens), "inp_embd")
+    embd_mask = None
+    if tp is not None:
+        # inp_tokens holds the rows of this rank's vocabulary shard (0 for tokens of other
+        # shards), inp_embd_mask 1 for the tokens in the shard, else 0: the sum over the ranks
+        # is the embedding
+        embd_mask = _input(ctx, TensorType.F32, [1, n_tokens], "inp_embd_mask")
+        inpL = name(ctx.all_reduce(name(ctx.mul(inpL, embd_mask), "inp_embd_shard")), "inp_embd")
     embed_scale = arch.embed_scale(hp)
     if embed_scale is not None:
         inpL = name(ctx.scale(inpL, embed_scale), "inp_scaled")
@@ -161,6 +184,8 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                               [head_dim * n_head, n_tokens])
         name(cur, "kqv_out", il)
         cur = name(ctx.mul_mat(w[tn("attn_output", bid=il)], cur), "attn_out", il)
+        if tp is not None:      # each rank's heads give a part of the sum
+            cur = name(ctx.all_reduce(cur), "attn_out_sum", il)
         bias = w.get(tn("attn_output", "bias", il))
         if bias is not None:
             cur = name(ctx.add(cur, bias), "attn_out", il)
@@ -189,6 +214,8 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                 cur = name(ctx.swiglu_split(gate, up), "ffn_swiglu", il)
         if not arch.moe:
             cur = name(ctx.mul_mat(w[tn("ffn_down", bid=il)], cur), "ffn_out", il)
+            if tp is not None:  # each rank's FFN columns give a part of the sum
+                cur = name(ctx.all_reduce(cur), "ffn_out_sum", il)
         if arch.post_norms:
             cur = name(ctx.rms_norm(cur, hp.rms_eps), "norm", il)
             cur = name(ctx.mul(cur, w[tn("ffn_post_norm", bid=il)]), "ffn_post_norm", il)
@@ -200,12 +227,24 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
               "kv_idxs": kv_idxs, "inp_out_ids": out_ids}
     if kq_mask_swa is not None:
         inputs["kq_mask_swa"] = kq_mask_swa
+    if embd_mask is not None:
+        inputs["inp_embd_mask"] = embd_mask
     if embeddings:
         cur.mark_output()
         graph.build_forward(cur)
         return ForwardGraph(ctx, graph, inputs, None, n_tokens, n_kv, n_outputs, embd=cur)
     out_w = w.get(tn("output")) or w[tn("token_embd")]
     logits = name(ctx.mul_mat(out_w, cur), "result_output")
+    if tp is not None:
+        # [vocab_rows, n_outputs] per rank -> [vocab_rows, n_outputs, 1, n_ranks] -> each
+        # output's rows of every shard in rank order: [vocab_rows * n_ranks, n_outputs]
+        name(logits, "result_output_shard")
+        gathered = ctx.all_gather(logits, tp.n_ranks)
+        gathered = ctx.reshape(name(gathered, "result_output_gathered"),
+                               [tp.vocab_rows, n_outputs, tp.n_ranks])
+        logits = ctx.cont(ctx.permute(gathered, 0, 2, 1, 3))
+        logits = name(ctx.reshape(logits, [tp.vocab_rows * tp.n_ranks, n_outputs]),
+                      "result_output")
     cap = arch.logit_softcap(hp)
     if cap:
         logits = ctx.scale(ctx.tanh(ctx.scale(logits, 1.0 / cap)), cap)
@@ -256,6 +295,6 @@ class Llama(Arch):
     rope_type = ROPE_NORMAL
 
     def build_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn=True,
-                    embeddings=False):
+                    embeddings=False, tp=None):
         return llama_graph(self, hp, weights, kv, n_tokens, n_kv, n_outputs, flash_attn,
-                           embeddings)
+                           embeddings, tp)

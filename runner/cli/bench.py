@@ -83,11 +83,15 @@ def cmd_bench(args) -> int:
     try:
         ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
         load_ms = model.timings().get("load_ms")
-        host = host_time_per_token(model, min(args.n_gen, 32)) if args.n_gen else None
+        # the driver of tensor-parallel ranks makes no backend calls of its own
+        host = host_time_per_token(model, min(args.n_gen, 32)) \
+            if args.n_gen and args.tensor_parallel == 1 else None
     finally:
         if hasattr(model, "close"):
             model.close()
     backend_name = f"CANN ({runtime})" if args.device.upper().startswith("CANN") else "CPU ref"
+    if args.tensor_parallel > 1:
+        backend_name += f" TP{args.tensor_parallel}"
     rows = []
     for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
         if n:

@@ -42,6 +42,10 @@ def add_model_arguments(p: argparse.ArgumentParser, ctx_default: int = 4096,
     p.add_argument("--device", default="CANN0", metavar="DEV",
                    help="CANN0 (default), CANNn, CPU (the numpy reference), or a comma list "
                         "of CANN devices to split the layers over")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="split the model over N devices, Megatron style (heads, FFN columns and "
+                        "vocabulary), one process per device as Ray actors (needs the scale "
+                        "extra; default 1: one process)")
     p.add_argument("-fa", "--flash-attn", choices=("on", "off"), default="on",
                    help="attention through FLASH_ATTN_EXT (on, default) or SOFT_MAX (off)")
     p.add_argument("-ctk", "--cache-type-k", default="f16", metavar="TYPE",
@@ -70,6 +74,11 @@ def _check_model_arguments(args) -> str:
         raise RunError(f"-t/--threads must be >= 1, got {args.threads}")
     if args.batch_size < 1:
         raise RunError(f"-b/--batch-size must be >= 1, got {args.batch_size}")
+    if args.tensor_parallel < 1:
+        raise RunError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
+    if args.tensor_parallel > 1 and args.device.upper() != "CANN0":
+        raise RunError(f"--tensor-parallel puts one rank on each device Ray gives it (its NPU "
+                       f"resource); it cannot be combined with --device {args.device}")
     return args.device.upper()
 
 
@@ -93,7 +102,7 @@ def load_model(args, path: str):
                   type_k=args.cache_type_k, type_v=args.cache_type_v,
                   flash_attn=args.flash_attn == "on",
                   convert=args.convert, verbose=args.verbose, check_weights=not args.no_check,
-                  log=_log)
+                  log=_log, tensor_parallel=args.tensor_parallel)
     load = getattr(cann_llm, "load", None)
     if load is None:                      # before __init__ re-exports it
         from ..model import load

@@ -80,6 +80,9 @@ def _check(args) -> None:
         raise RunError(f"--replicas must be in 1..64, got {args.replicas}")
     if args.ray_address is not None and args.replicas is None:
         raise RunError("--ray-address needs --replicas (the replicas run on that cluster)")
+    if args.replicas is not None and getattr(args, "tensor_parallel", 1) > 1:
+        raise RunError("--replicas and --tensor-parallel cannot be combined yet: each replica "
+                       "runs on its own device(s) in one process")
 
 
 def _replica_devices(device: str) -> int:
@@ -115,7 +118,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         embeddings=args.embeddings,
         load_kwargs=dict(flash_attn=args.flash_attn == "on", type_k=args.cache_type_k,
                          type_v=args.cache_type_v, convert=args.convert,
-                         check_weights=not args.no_check, verbose=args.verbose, log=_log))
+                         check_weights=not args.no_check, verbose=args.verbose, log=_log,
+                         tensor_parallel=args.tensor_parallel))
     if args.replicas is not None:
         return _serve_replicas(args, config, device)
     server = None
@@ -131,7 +135,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shown = f"[{host}]" if ":" in host else host
         _log(f"cann-llm serve: listening on http://{shown}:{port} · model {alias} "
              f"({os.path.basename(path)}) · {config.parallel} slots × {config.n_ctx} tokens, "
-             f"{config.cells} KV cells · device {loop.model.devices[0]}")
+             f"{config.cells} KV cells · "
+             + (f"device {loop.model.devices[0]}" if args.tensor_parallel == 1 else
+                f"tensor parallel over {', '.join(loop.model.devices)}"))
 
     app = create_app(config, api_key=args.api_key or None, cors_origins=args.cors_origin,
                      max_body=args.max_body_size, on_ready=on_ready)

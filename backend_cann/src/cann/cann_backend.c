@@ -30,6 +30,7 @@ static void backend_free(clm_backend *backend) {
     cann_backend_ctx *ctx = backend_ctx(backend);
     if (cann_set_device(ctx->device) == CLM_OK) {
         aclrtSynchronizeStream(ctx->stream);
+        cann_comm_free(ctx);
         cann_profile_free(ctx);
         cann_graph_cache_free(ctx);
         cann_consts_free(ctx);
@@ -143,6 +144,8 @@ static const op_entry op_table[CLM_OP_COUNT] = {
     [CLM_OP_SUM_ROWS] = {cann_supports_sum_rows, NULL, cann_op_sum_rows},
     [CLM_OP_CLAMP] = {cann_supports_clamp, NULL, cann_op_clamp},
     [CLM_OP_DIV] = {cann_supports_binary, NULL, cann_op_binary},
+    [CLM_OP_ALL_REDUCE] = {cann_supports_comm, NULL, cann_op_comm},
+    [CLM_OP_ALL_GATHER] = {cann_supports_comm, NULL, cann_op_comm},
 };
 
 bool cann_supports_op(clm_device *dev, const clm_tensor *op) {

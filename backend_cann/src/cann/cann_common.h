@@ -5,6 +5,7 @@
 
 #include "acl/acl.h"
 #include "aclnn_api.h"   /* backend_cann/acl_host/include/aclnn_c */
+#include "hccl_api.h"    /* idem: the HCCL subset (tensor parallelism) */
 #include "core/clm_impl.h"
 
 #define CANN_MAX_DEVICES 16
@@ -76,6 +77,8 @@ typedef struct cann_backend_ctx {
     struct cann_profile *profile;      /* per-node timing events while profiling (profile.c), else NULL */
     bool fusion;                       /* CANN_LLM_FUSION (default on): fused node sequences (run_nodes) */
     int64_t fused_add_rms_norm;        /* ADD+RMS_NORM+MUL sequences launched as one aclnnAddRmsNorm */
+    HcclComm comm;                     /* tensor parallelism (ops_comm.c), NULL without */
+    int32_t comm_ranks, comm_rank;
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -176,6 +179,10 @@ bool cann_supports_argsort(const clm_tensor *op);
 clm_status cann_op_argsort(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_clamp(const clm_tensor *op);
 clm_status cann_op_clamp(cann_backend_ctx *ctx, clm_tensor *dst);
+bool cann_supports_comm(const clm_tensor *op);
+clm_status cann_op_comm(cann_backend_ctx *ctx, clm_tensor *dst);   /* ALL_REDUCE, ALL_GATHER */
+/* Destroys the backend's communicator (its stream synchronized first). */
+void cann_comm_free(cann_backend_ctx *ctx);
 /* ---- prepare hooks: the per-graph pre-pass ---------------------------------------------------
  * graph_compute calls an op's prepare for each supported node of a graph that runs eagerly (an
  * eager run, or a capture miss before it is recorded), never on a replay: it creates the

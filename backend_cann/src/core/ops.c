@@ -241,3 +241,22 @@ clm_status clm_mul_mat_id(clm_context *ctx, clm_tensor *as, clm_tensor *b, clm_t
     clm_tensor *srcs[3] = {as, b, ids};
     return node(ctx, CLM_OP_MUL_MAT_ID, CLM_TYPE_F32, ne, srcs, 3, NULL, 0, out);
 }
+
+/* ---- collectives of tensor parallelism (run by a backend with a communicator) --------------- */
+
+clm_status clm_all_reduce(clm_context *ctx, clm_tensor *a, clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "all_reduce: needs a float tensor");
+    CLM_CHECK_ARG(clm_is_contiguous(a), "all_reduce: '%s' must be contiguous", a->name);
+    return node(ctx, CLM_OP_ALL_REDUCE, a->type, a->ne, &a, 1, NULL, 0, out);
+}
+
+clm_status clm_all_gather(clm_context *ctx, clm_tensor *a, int32_t n_ranks, clm_tensor **out) {
+    CLM_CHECK_ARG(a != NULL && out != NULL && is_float(a->type), "all_gather: needs a float tensor");
+    CLM_CHECK_ARG(clm_is_contiguous(a), "all_gather: '%s' must be contiguous", a->name);
+    CLM_CHECK_ARG(a->ne[3] == 1, "all_gather: '%s' " DIMS_FMT " must have at most 3 dims (ne3 gets the ranks)",
+                  a->name, DIMS(a));
+    CLM_CHECK_ARG(n_ranks >= 1, "all_gather: n_ranks %d must be >= 1", n_ranks);
+    int64_t ne[4] = {a->ne[0], a->ne[1], a->ne[2], n_ranks};
+    int32_t params[1] = {n_ranks};
+    return node(ctx, CLM_OP_ALL_GATHER, a->type, ne, &a, 1, params, sizeof(params), out);
+}

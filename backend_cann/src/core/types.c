@@ -90,6 +90,8 @@ static const char *const op_names[CLM_OP_COUNT] = {
     [CLM_OP_CLAMP] = "CLAMP",
     [CLM_OP_DIV] = "DIV",
     [CLM_OP_MUL_MAT_ID] = "MUL_MAT_ID",
+    [CLM_OP_ALL_REDUCE] = "ALL_REDUCE",
+    [CLM_OP_ALL_GATHER] = "ALL_GATHER",
 };
 
 static const char *const unary_names[CLM_UNARY_OP_COUNT] = {
