@@ -19,6 +19,7 @@ import numpy as np
 
 from .kv_cache import KVCache, kv_type
 from .model import Model
+from .ray_local import local_ray_environment
 from .tensor_parallel import TPError, plan_layout
 
 __all__ = ["TPModel", "RankError"]
@@ -29,6 +30,8 @@ class RankError(RuntimeError):
 
 
 def _import_ray():
+    if not os.environ.get("RAY_ADDRESS"):
+        local_ray_environment()          # a local Ray on loopback (before ray is imported)
     try:
         import ray
     except ImportError:
@@ -63,7 +66,6 @@ def _start_ray(ray, n_ranks: int, acl_host: bool) -> bool:
             _own_ray_users += 1
             return True
         return False
-    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
     kwargs = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=True)
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**kwargs)

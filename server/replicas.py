@@ -29,6 +29,8 @@ import socket
 import threading
 from dataclasses import dataclass
 
+from cann_llm.ray_local import local_ray_environment
+
 from .errors import APIError
 
 __all__ = ["Forwarded", "prompt_text", "EngineReplica", "Ingress", "build_app", "run",
@@ -333,17 +335,6 @@ def check_address(address: str) -> None:
     if len(reply) < 9 or reply[3] != 4:             # frame type 4: SETTINGS
         raise ReplicasError(f"--ray-address {address}: that port does not answer as a Ray "
                             f"cluster's GCS (the head node's port, 6379 by default)")
-
-
-def local_ray_environment() -> None:
-    """Settings for a local Ray, made before ray is imported (it reads them at import) and
-    inherited by every process it starts: its servers bind the loopback address (Ray otherwise
-    publishes the host's network address, for other nodes to join), token authentication is on
-    (Ray's default, without its warning), and the traceback Ray logs when it cannot read the NPU
-    type is off (it asks pyACL, which acl_host has no use for)."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Linux too: loopback
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
 
 
 def run(config, *, replicas: int, npus_per_replica: int, host: str, port: int,
