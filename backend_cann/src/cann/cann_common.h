@@ -176,6 +176,13 @@ bool cann_supports_argsort(const clm_tensor *op);
 clm_status cann_op_argsort(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_clamp(const clm_tensor *op);
 clm_status cann_op_clamp(cann_backend_ctx *ctx, clm_tensor *dst);
+/* AscendC kernels (ops_ascendc.c): the cases each computes, and its launch */
+bool cann_asc_dup_supported(const clm_tensor *src, const clm_tensor *dst);
+clm_status cann_asc_dup(cann_backend_ctx *ctx, const clm_tensor *src, clm_tensor *dst);
+bool cann_asc_quantize_supported(const clm_tensor *src, const clm_tensor *dst);
+clm_status cann_asc_quantize(cann_backend_ctx *ctx, const clm_tensor *src, clm_tensor *dst);
+bool cann_asc_get_rows_supported(const clm_tensor *op);
+clm_status cann_asc_get_rows(cann_backend_ctx *ctx, clm_tensor *dst);
 /* ---- prepare hooks: the per-graph pre-pass ---------------------------------------------------
  * graph_compute calls an op's prepare for each supported node of a graph that runs eagerly (an
  * eager run, or a capture miss before it is recorded), never on a replay: it creates the
