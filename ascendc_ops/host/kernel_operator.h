@@ -19,8 +19,9 @@
  *     error) and round modes it lacks for a pair (a fault);
  *   - global memory: every access inside the GlobalTensor's buffer (when it was given a size)
  *     and inside live device memory (acl_host's allocation registry).
- * Fresh UB buffers and the padding DataCopyPad leaves undefined are filled with 0xFF (a NaN in
- * F32 / F16), so reading them shows up in results. The pipes are not modelled: every primitive
+ * A thread's unified buffer starts filled with 0xFF (a NaN in F32 / F16) and then holds what its
+ * previous blocks left, as the NPU's does; the padding DataCopyPad leaves undefined is filled
+ * with 0xFF on every copy, so reading it shows up in results. The pipes are not modelled: every primitive
  * runs when it is called, so SetFlag / WaitFlag / PipeBarrier are no-ops and a missing
  * synchronisation is not detected. docs/ascendc.md and docs/acl_host.md list the rules.
  */
@@ -67,8 +68,6 @@ constexpr uint8_t kPoison = 0xFF;
 CLM_SHIM_API void Defer(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* [p, p + bytes) must lie in live device memory; `what` names the access. */
 CLM_SHIM_API void CheckGm(const void *p, size_t bytes, const char *what);
-CLM_SHIM_API int64_t BlockIdx();
-CLM_SHIM_API int64_t BlockNum();
 /* This block's unified buffer (kUbBytes, 32-byte aligned). */
 CLM_SHIM_API uint8_t *UbBase();
 /* The block's one TPipe: registered by its constructor, released by its destructor. */
@@ -364,7 +363,6 @@ public:
     }
     TEventID FetchEventID(HardEvent) { return 0; }
     template <HardEvent E> TEventID FetchEventID() { return 0; }
-    uint32_t UsedBytes() const { return used_; }
 
 private:
     bool Place(shim::QueState &q, int num, uint32_t len, bool queue, const char *what);

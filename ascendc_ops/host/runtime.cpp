@@ -97,13 +97,11 @@ void CheckGm(const void *p, size_t bytes, const char *what) {
     tl_gm_cache.end[slot] = end;
 }
 
-int64_t BlockIdx() { return tl_block_idx; }
-int64_t BlockNum() { return tl_block_num; }
-
 uint8_t *UbBase() {
     if (tl_ub.bytes == nullptr) {
         tl_ub.bytes = static_cast<uint8_t *>(std::aligned_alloc(64, kUbBytes));
         if (tl_ub.bytes == nullptr) Fail("out of host memory for a unified buffer");
+        std::memset(tl_ub.bytes, kPoison, kUbBytes);
     }
     return tl_ub.bytes;
 }
@@ -165,7 +163,6 @@ bool TPipe::Place(shim::QueState &q, int num, uint32_t len, bool queue, const ch
     q.len = (uint32_t)rounded;
     uint8_t *ub = shim::UbBase();
     for (int i = 0; i < num; i++) q.addr[i] = ub + used_ + rounded * i;
-    std::memset(ub + used_, shim::kPoison, total);   /* stale data on the NPU */
     used_ += (uint32_t)total;
     q.initialized = true;
     return true;

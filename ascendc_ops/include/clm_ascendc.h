@@ -114,11 +114,24 @@ static inline clm_asc_tiling clm_asc_quantize_tiling(uint64_t n_groups) {
 }
 
 /* clm_get_rows of n_rows rows of ne00 elements from a table of src_type: a row is split into
- * tiles (elements, or groups for quantized tables); the units are (row, tile) pairs. */
+ * tiles (elements, or groups for quantized tables); the units are (row, tile) pairs. Float rows
+ * of whole 32-byte blocks, more rows than blocks: a tile of k >= 2 whole rows (the kernel packs
+ * k = tile / ne00 rows per unit when the tile holds two rows or more). */
 static inline clm_asc_tiling clm_asc_get_rows_tiling(uint32_t src_type, int64_t ne00, int64_t n_rows) {
     clm_asc_tiling t;
     uint64_t per_row;
     if (src_type == CLM_ASC_F32 || src_type == CLM_ASC_F16) {
+        uint64_t pack = CLM_ASC_ROWS_TILE_MAX / (ne00 > 0 ? (uint64_t)ne00 : 1);
+        if (ne00 % 16 == 0 && pack >= 2 && n_rows > CLM_ASC_MAX_BLOCKS) {
+            /* short rows of whole blocks: k rows per unit, enough units for every block */
+            uint64_t k = clm_asc_ceil_div((uint64_t)n_rows, CLM_ASC_MAX_BLOCKS);
+            if (k > pack) k = pack;
+            if (k >= 2) {
+                t.tile = (uint32_t)(k * (uint64_t)ne00);
+                t.block_dim = clm_asc_blocks(clm_asc_ceil_div((uint64_t)n_rows, k));
+                return t;
+            }
+        }
         t.tile = clm_asc_tile((uint64_t)ne00, 16, CLM_ASC_ROWS_TILE_MAX);
         per_row = clm_asc_ceil_div((uint64_t)ne00, t.tile);
     } else {

@@ -10,7 +10,9 @@
  * double-buffered queues.
  *   float tables: a same-type row is copied through one queue bound VECIN -> VECOUT; otherwise
  *     Cast (F16 -> F32 exact, F32 -> F16 to nearest even). A row's last tile can be any length:
- *     it moves with DataCopyPad.
+ *     it moves with DataCopyPad. Rows of whole 32-byte blocks that fit twice in a tile are packed
+ *     instead: a unit is then tile / ne00 consecutive rows of the result, copied in one by one
+ *     and converted and copied out as one.
  *   quantized tables: per tile, the quants (int8, or int4 two to a byte) Cast to half and then
  *     to F32, the fp16 scales (and Q4_1's offsets) Cast to F32 and spread by Brcb over one
  *     32-byte block per group; one level-0 Add (Q4_1: + offset) and one Mul (* scale) with a
@@ -74,7 +76,12 @@ public:
     }
 
     __aicore__ inline void Process() {
-        uint64_t ne00 = (uint64_t)shape_.ne00, per_row = CeilDiv(ne00, tile_), begin, end;
+        uint64_t ne00 = (uint64_t)shape_.ne00;
+        if (tile_ >= 2 * ne00 && (ne00 * sizeof(S)) % kBlockBytes == 0 && (ne00 * sizeof(D)) % kBlockBytes == 0) {
+            ProcessPacked(tile_ / ne00);
+            return;
+        }
+        uint64_t per_row = CeilDiv(ne00, tile_), begin, end;
         BlockShare(shape_.Rows() * per_row, begin, end);
         uint64_t row = ~0ull;
         int64_t start = 0;
@@ -85,32 +92,55 @@ public:
                 start = rows_.Start(r);
             }
             uint32_t count = (uint32_t)Min(tile_, ne00 - first);
-            GlobalTensor<S> src = table_[(uint64_t)start + first];
-            GlobalTensor<D> dst = dst_[r * ne00 + first];
-            if constexpr (kCopy) {
-                LocalTensor<S> x = copyQueue_.template AllocTensor<S>();
-                CopyGmToUb(x, src, count);
-                copyQueue_.EnQue(x);
-                x = copyQueue_.template DeQue<S>();
-                CopyUbToGm(dst, x, count);
-                copyQueue_.FreeTensor(x);
-            } else {
-                LocalTensor<S> x = inQueue_.template AllocTensor<S>();
-                CopyGmToUb(x, src, count);
-                inQueue_.EnQue(x);
-                x = inQueue_.template DeQue<S>();
-                LocalTensor<D> y = outQueue_.template AllocTensor<D>();
-                Cast(y, x, kMode, count);
-                outQueue_.EnQue(y);
-                inQueue_.FreeTensor(x);
-                y = outQueue_.template DeQue<D>();
-                CopyUbToGm(dst, y, count);
-                outQueue_.FreeTensor(y);
-            }
+            LocalTensor<S> x = AllocIn();
+            CopyGmToUb(x, table_[(uint64_t)start + first], count);
+            Convert(x, dst_[r * ne00 + first], count);
         }
     }
 
 private:
+    /* Short rows of whole 32-byte blocks: a unit is `rows` consecutive rows of the result, each
+     * copied in at its place in one tile, converted and copied out together. */
+    __aicore__ inline void ProcessPacked(uint64_t rows) {
+        uint64_t ne00 = (uint64_t)shape_.ne00, total = shape_.Rows(), begin, end;
+        BlockShare(CeilDiv(total, rows), begin, end);
+        for (uint64_t u = begin; u < end; u++) {
+            uint64_t first = u * rows, n = Min(rows, total - first);
+            LocalTensor<S> x = AllocIn();
+            for (uint64_t j = 0; j < n; j++)
+                DataCopy(x[(uint32_t)(j * ne00)], table_[(uint64_t)rows_.Start(first + j)], (uint32_t)ne00);
+            Convert(x, dst_[first * ne00], (uint32_t)(n * ne00));
+        }
+    }
+
+    __aicore__ inline LocalTensor<S> AllocIn() {
+        if constexpr (kCopy) {
+            return copyQueue_.template AllocTensor<S>();
+        } else {
+            return inQueue_.template AllocTensor<S>();
+        }
+    }
+
+    /* x (count values, copied in) -> dst: through the bound queue, or Cast into the output queue. */
+    __aicore__ inline void Convert(LocalTensor<S> &x, const GlobalTensor<D> &dst, uint32_t count) {
+        if constexpr (kCopy) {
+            copyQueue_.EnQue(x);
+            x = copyQueue_.template DeQue<S>();
+            CopyUbToGm(dst, x, count);
+            copyQueue_.FreeTensor(x);
+        } else {
+            inQueue_.EnQue(x);
+            x = inQueue_.template DeQue<S>();
+            LocalTensor<D> y = outQueue_.template AllocTensor<D>();
+            Cast(y, x, kMode, count);
+            outQueue_.EnQue(y);
+            inQueue_.FreeTensor(x);
+            y = outQueue_.template DeQue<D>();
+            CopyUbToGm(dst, y, count);
+            outQueue_.FreeTensor(y);
+        }
+    }
+
     static constexpr bool kCopy = sizeof(S) == sizeof(D);
     static constexpr RoundMode kMode = sizeof(D) > sizeof(S) ? RoundMode::CAST_NONE : RoundMode::CAST_RINT;
 

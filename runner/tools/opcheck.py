@@ -382,6 +382,9 @@ def _get_rows_cases() -> list[Case]:
             cases.append(_get_rows_case(ttype, ne0, n_rows, n_idx, batch, out_type=F16))
     for ttype in (F32, F16):
         cases.append(_get_rows_case(ttype, 33, 6, 9, 2, permuted=True))
+        # short rows of whole 32-byte blocks, more than the blocks: several rows per unit
+        cases.append(_get_rows_case(ttype, 64, 50, 300, 1))
+        cases.append(_get_rows_case(ttype, 64, 50, 300, 1, out_type=F16))
     return cases
 
 
@@ -455,10 +458,11 @@ def _cpy_cases() -> list[Case]:
         cases.append(_cpy_case("DUP", ttype, ttype, [7, 13, 5, 1], None, src_offset=7))
     cases.append(_cpy_case("CPY", F32, F32, [64, 4, 1, 1], None, src_offset=16, dst_offset=16))
     cases.append(_cpy_case("CPY", F32, F16, [33, 5, 2, 1], None, src_offset=3, dst_offset=1))
-    # the AscendC kernel clm_dup's tiling: three tiles of 8192 and a tail of 5; more tiles than
-    # blocks (45 tiles with a tail)
+    # the AscendC kernel clm_dup's tiling: three tiles of 8192 and a tail of 5, seven tiles and
+    # a tail; past CANN_ASC_CONVERT_KERNEL_MAX values the aclnn path (45 tiles' worth)
     for src_type, dst_type in ((F32, F16), (F16, F32), (F32, F32), (F16, F16)):
         cases.append(_cpy_case("CPY", src_type, dst_type, [24581, 1, 1, 1], None))
+    cases.append(_cpy_case("CPY", F32, F16, [8195, 7, 1, 1], None))
     cases.append(_cpy_case("CPY", F32, F16, [8195, 45, 1, 1], None))
     # quantizing copies (the AscendC kernel clm_quantize, bit for bit ggml's quantizer): one
     # group, tiles of 128 groups with a tail of 3, more tiles than blocks, CPY into a block-aligned

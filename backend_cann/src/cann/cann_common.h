@@ -176,7 +176,10 @@ bool cann_supports_argsort(const clm_tensor *op);
 clm_status cann_op_argsort(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_clamp(const clm_tensor *op);
 clm_status cann_op_clamp(cann_backend_ctx *ctx, clm_tensor *dst);
-/* AscendC kernels (ops_ascendc.c): the cases each computes, and its launch */
+/* AscendC kernels (ops_ascendc.c): the cases each computes, and its launch. Converting or
+ * copying more values than this, the aclnn path (or aclrtMemcpyAsync) was measured faster on
+ * acl_host, memory-bound (docs/ascendc.md, "Speed"), and takes the case when it can. */
+#define CANN_ASC_CONVERT_KERNEL_MAX 65536
 bool cann_asc_dup_supported(const clm_tensor *src, const clm_tensor *dst);
 clm_status cann_asc_dup(cann_backend_ctx *ctx, const clm_tensor *src, clm_tensor *dst);
 bool cann_asc_quantize_supported(const clm_tensor *src, const clm_tensor *dst);

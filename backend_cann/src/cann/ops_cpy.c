@@ -1,8 +1,10 @@
 /* ops_cpy.c - CPY, DUP and CONT: element copies in ggml's row-major order with type conversion.
- * Contiguous copies (same type, or F32 <-> F16) and quantizing copies of F32 / F16 into Q8_0 /
- * Q4_0 (written in the device layout, as ggml's reference quantizer writes the blocks) run the
- * AscendC kernels clm_dup and clm_quantize (ops_ascendc.c); other conversions of contiguous
- * tensors use aclnnCast, strided views aclnnInplaceCopy. */
+ * Quantizing copies of F32 / F16 into Q8_0 / Q4_0 (written in the device layout, as ggml's
+ * reference quantizer writes the blocks) run the AscendC kernel clm_quantize; contiguous copies
+ * (same type, or F32 <-> F16) of up to CANN_ASC_CONVERT_KERNEL_MAX values run clm_dup
+ * (ops_ascendc.c). Larger ones go as before: aclrtMemcpyAsync (same type, both contiguous, both
+ * addresses 64-byte aligned), aclnnCast (types differ, both contiguous) and aclnnInplaceCopy
+ * (strided views, and views at unaligned offsets). */
 #include "cann/cann_common.h"
 
 static bool is_copy_type(int32_t type) {
@@ -34,9 +36,15 @@ clm_status cann_op_cpy(cann_backend_ctx *ctx, clm_tensor *dst) {
                              dst->name, clm_type_name(dst->type));
         return cann_asc_quantize(ctx, src, dst);
     }
-    if (cann_asc_dup_supported(src, dst)) return cann_asc_dup(ctx, src, dst);
+    if (cann_asc_dup_supported(src, dst) && clm_nelements(dst) <= CANN_ASC_CONVERT_KERNEL_MAX)
+        return cann_asc_dup(ctx, src, dst);
     bool src_cont = clm_is_contiguous(src), dst_cont = clm_is_contiguous(dst);
     bool same_bytes = src_cont && dst_cont && src->type == dst->type;
+    if (same_bytes && cann_d2d_async_aligned(dst->data, src->data)) {
+        size_t size = clm_nbytes(dst);
+        CANN_ACL(aclrtMemcpyAsync(dst->data, size, src->data, size, ACL_MEMCPY_DEVICE_TO_DEVICE, ctx->stream));
+        return CLM_OK;
+    }
     aclTensor *acl_src, *acl_dst;
     if (src_cont && dst_cont) {
         acl_src = cann_acl_tensor_flat(src);
