@@ -47,7 +47,7 @@ for src in "$backend"/src/core/*.c "$backend"/src/cann/*.c; do
   if ! "$CC" -std=gnu11 -fsyntax-only -Wall -Werror=implicit-function-declaration \
       -Werror=incompatible-pointer-types -Werror=int-conversion \
       -DCLM_RUNTIME_NAME='"toolkit"' -I"$backend/include" -I"$backend/src" -I"$include_dir" \
-      -I"$decls_dir" "$src"; then
+      -I"$decls_dir" -I"$here/ascendc_ops/include" "$src"; then
     echo "FAIL: $src does not compile against $include_dir" >&2
     status=1
   fi

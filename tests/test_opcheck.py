@@ -72,7 +72,8 @@ def test_case_list_covers_the_llm_ops():
     vars_ = [case.vars for case in opcheck.make_cases()]
     for needle in ("type_a=q4_0", "type_a=q4_1", "type_a=q8_0", "type_a=bf16", "m=151936",
                    "per=[0,2,1,3]", "nh=14,nh_kv=2", "nh=9,nh_kv=3", "hs=128", "softcap=30",
-                   "ext_factor=1", "ff=1", "mask=f16", "max_bias=8", "type_idx=i64"):
+                   "ext_factor=1", "ff=1", "mask=f16", "max_bias=8", "type_idx=i64",
+                   "type_dst=q8_0", "type_dst=q4_0", "values=ties", "n=8229", "n=4192"):
         assert any(needle in v for v in vars_), needle
 
 

@@ -57,6 +57,8 @@ def nmse_threshold(case: "Case", node, expected: np.ndarray) -> float:
         return 0.0
     if node.op in (Op.CPY, Op.DUP, Op.CONT) and srcs and srcs[0].type == node.type:
         return 0.0
+    if node.op in (Op.CPY, Op.DUP) and node.type in (TensorType.Q8_0, TensorType.Q4_0):
+        return 0.0   # quantizing copies: the reference is ggml's quantizer, matched bit for bit
     if node.type in _QUANT_STEP:
         # users.md §1.4: one quantization step off everywhere, over the signal energy
         blocks = np.asarray(expected, dtype=np.float64).reshape(-1, 32)
@@ -369,19 +371,45 @@ def _get_rows_cases() -> list[Case]:
             cases.append(_get_rows_case(ttype, ne0, n_rows, n_idx, batch))
         cases.append(_get_rows_case(ttype, 64, 49152, 5, 1))
     cases.append(_get_rows_case(I32, 8, 10, 4, 2))
+    # the AscendC kernel's tiling (clm_asc_get_rows_tiling): rows longer than one tile with a
+    # tail (8192 + 37 elements; 131 groups = 128 + 3), rows not a multiple of 32 bytes, more rows
+    # than blocks with repeated ids (300 ids of 7 rows), an F16 result, a strided table
+    for ttype in (F32, F16, Q8_0, Q4_0, Q4_1):
+        ne0 = 8229 if ttype in (F32, F16) else 32 * 131
+        cases.append(_get_rows_case(ttype, ne0, 3, 2, 1))
+        cases.append(_get_rows_case(ttype, 64 if ttype in _QUANT_STEP else 7, 7, 300, 1))
+        for ne0, n_rows, n_idx, batch in [(576, 100, 7, 1), (256, 5, 4, 3)]:
+            cases.append(_get_rows_case(ttype, ne0, n_rows, n_idx, batch, out_type=F16))
+    for ttype in (F32, F16):
+        cases.append(_get_rows_case(ttype, 33, 6, 9, 2, permuted=True))
+        # short rows of whole 32-byte blocks, more than the blocks: several rows per unit
+        cases.append(_get_rows_case(ttype, 64, 50, 300, 1))
+        cases.append(_get_rows_case(ttype, 64, 50, 300, 1, out_type=F16))
     return cases
 
 
-def _get_rows_case(ttype, ne0, n_rows, n_idx, batch) -> Case:
+def _get_rows_case(ttype, ne0, n_rows, n_idx, batch, out_type=None, permuted=False) -> Case:
+    """out_type: a result type other than ggml's F32 (a GET_ROWS node made directly);
+    permuted: the table stored [ne0, batch, n_rows] and viewed as [ne0, n_rows, batch]."""
     def build(b):
-        table = b.new(ttype, [ne0, n_rows, batch, 1])
+        if permuted:
+            table = _permuted(b, ttype, [ne0, n_rows, batch, 1], [0, 2, 1, 3])
+        else:
+            table = b.new(ttype, [ne0, n_rows, batch, 1])
         if ttype == I32:
             table_init = b.inputs[-1]
             table_init.init = lambda rng, s=tuple(reversed([ne0, n_rows, batch, 1])): \
                 rng.integers(-1000, 1000, size=s)
         rows = b.rows(I32, [n_idx, batch], n_rows)
+        if out_type is not None:
+            return b.ctx.new_op(Op.GET_ROWS, out_type, [ne0, n_idx, batch, 1], [table, rows])
         return b.ctx.get_rows(table, rows)
-    return Case("GET_ROWS", {"type": ttype, "n": ne0, "m": n_rows, "r": n_idx, "b": batch}, build)
+    params = {"type": ttype, "n": ne0, "m": n_rows, "r": n_idx, "b": batch}
+    if out_type is not None:
+        params["type_dst"] = out_type
+    if permuted:
+        params["permute"] = [0, 2, 1, 3]
+    return Case("GET_ROWS", params, build)
 
 
 def _set_rows_cases() -> list[Case]:
@@ -430,11 +458,30 @@ def _cpy_cases() -> list[Case]:
         cases.append(_cpy_case("DUP", ttype, ttype, [7, 13, 5, 1], None, src_offset=7))
     cases.append(_cpy_case("CPY", F32, F32, [64, 4, 1, 1], None, src_offset=16, dst_offset=16))
     cases.append(_cpy_case("CPY", F32, F16, [33, 5, 2, 1], None, src_offset=3, dst_offset=1))
+    # the AscendC kernel clm_dup's tiling: three tiles of 8192 and a tail of 5, seven tiles and
+    # a tail; past CANN_ASC_CONVERT_KERNEL_MAX values the aclnn path (45 tiles' worth)
+    for src_type, dst_type in ((F32, F16), (F16, F32), (F32, F32), (F16, F16)):
+        cases.append(_cpy_case("CPY", src_type, dst_type, [24581, 1, 1, 1], None))
+    cases.append(_cpy_case("CPY", F32, F16, [8195, 7, 1, 1], None))
+    cases.append(_cpy_case("CPY", F32, F16, [8195, 45, 1, 1], None))
+    # quantizing copies (the AscendC kernel clm_quantize, bit for bit ggml's quantizer): one
+    # group, tiles of 128 groups with a tail of 3, more tiles than blocks, CPY into a block-aligned
+    # view of a larger tensor (a KV cache's rows), groups with ties and zero groups
+    for src_type in (F32, F16):
+        for dst_type in (Q8_0, Q4_0):
+            for ne in ([32, 1, 1, 1], [256, 4, 4, 4], [32 * 131, 3, 1, 1], [4096, 90, 1, 1]):
+                cases.append(_cpy_case("CPY", src_type, dst_type, ne, None))
+            cases.append(_cpy_case("CPY", src_type, dst_type, [64, 3, 1, 1], None, dst_offset=2))
+            cases.append(_cpy_case("CPY", src_type, dst_type, [96, 7, 1, 1], None, values="ties"))
     return cases
 
 
 def _offset_view(b: Builder, ttype, ne, offset: int, lo=-1.0, hi=1.0):
-    """A contiguous tensor of shape `ne` that starts `offset` elements into a larger tensor."""
+    """A contiguous tensor of shape `ne` that starts `offset` elements (of a quantized type:
+    rows of ne0) into a larger tensor."""
+    if ttype in _QUANT_STEP:
+        base = b.new(ttype, [ne[0], ne[1] + offset + 1, ne[2], ne[3]], lo=lo, hi=hi)
+        return b.ctx.view_4d(base, ne, base.nb[1:], offset * base.nb[1])
     n = ne[0] * ne[1] * ne[2] * ne[3]
     base = b.new(ttype, [n + offset + 1, 1, 1, 1], lo=lo, hi=hi)
     size = base.nb[0]
@@ -442,8 +489,17 @@ def _offset_view(b: Builder, ttype, ne, offset: int, lo=-1.0, hi=1.0):
     return b.ctx.view_4d(base, ne, nb123, offset * size)
 
 
+def _tie_values(rng, shape):
+    """Small integers (groups of 32 whose largest and smallest have the same magnitude, which
+    ggml's Q4_0 quantizer resolves by position) with every third group all zero."""
+    values = rng.integers(-3, 4, size=shape).astype(np.float32)
+    groups = values.reshape(-1, 32)
+    groups[::3] = 0.0
+    return groups.reshape(shape)
+
+
 def _cpy_case(op, src_type, dst_type, ne, perm, dst_perm=False, src_offset=0,
-              dst_offset=0) -> Case:
+              dst_offset=0, values=None) -> Case:
     lo, hi = -150.0, 150.0
 
     def build(b):
@@ -451,6 +507,8 @@ def _cpy_case(op, src_type, dst_type, ne, perm, dst_perm=False, src_offset=0,
             src = _permuted(b, src_type, ne, perm, lo, hi)
         elif src_offset:
             src = _offset_view(b, src_type, ne, src_offset, lo, hi)
+        elif values == "ties":
+            src = b.new(src_type, ne, lambda rng, shape=tuple(reversed(ne)): _tie_values(rng, shape))
         else:
             src = b.new(src_type, ne, lo=lo, hi=hi)
         if op == "CONT":
@@ -473,6 +531,8 @@ def _cpy_case(op, src_type, dst_type, ne, perm, dst_perm=False, src_offset=0,
         params["src_offset"] = src_offset
     if dst_offset:
         params["dst_offset"] = dst_offset
+    if values:
+        params["values"] = values
     return Case(op, params, build)
 
 

@@ -28,6 +28,10 @@ aclError ah_rt_require_device(const char *api, int *device);
 /* ah_mem_classify with `what` naming the operand in the error message. */
 aclError ah_mem_classify_named(const void *ptr, size_t size, const char *what, ah_mem_kind *kind,
                                int *device);
+/* ah_mem_check_device, and on success [*begin, *end) = the live device block holding ptr (the
+ * AscendC shim caches it for the accesses of one kernel block). */
+aclError ah_mem_device_extent(const void *ptr, size_t size, const char *what, uintptr_t *begin,
+                              uintptr_t *end);
 /* Run-time recheck of a queued task's range: fails only if it now lies in a freed block. */
 aclError ah_mem_check_live(const ah_range *range, const char *task);
 /* Releases quarantined blocks that no pending task can still reach. */

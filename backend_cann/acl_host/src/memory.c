@@ -276,6 +276,23 @@ aclError ah_mem_check_device(const void *ptr, size_t size, const char *what)
     return rc;
 }
 
+aclError ah_mem_device_extent(const void *ptr, size_t size, const char *what, uintptr_t *begin,
+                              uintptr_t *end)
+{
+    aclError rc = ah_mem_check_device(ptr, size, what);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    *begin = *end = (uintptr_t)ptr;
+    pthread_rwlock_rdlock(&g_mem_lock);
+    long i = find_block((uintptr_t)ptr, NULL);
+    if (i >= 0) {
+        *begin = g_blocks[i].base;
+        *end = g_blocks[i].base + g_blocks[i].size;
+    }
+    pthread_rwlock_unlock(&g_mem_lock);
+    return ACL_SUCCESS;
+}
+
 aclError ah_mem_check_live(const ah_range *range, const char *task)
 {
     uintptr_t p = (uintptr_t)range->ptr, end = p + (range->size ? range->size : 1);

@@ -183,6 +183,16 @@ bool cann_supports_comm(const clm_tensor *op);
 clm_status cann_op_comm(cann_backend_ctx *ctx, clm_tensor *dst);   /* ALL_REDUCE, ALL_GATHER */
 /* Destroys the backend's communicator (its stream synchronized first). */
 void cann_comm_free(cann_backend_ctx *ctx);
+/* AscendC kernels (ops_ascendc.c): the cases each computes, and its launch. Converting or
+ * copying more values than this, the aclnn path (or aclrtMemcpyAsync) was measured faster on
+ * acl_host, memory-bound (docs/ascendc.md, "Speed"), and takes the case when it can. */
+#define CANN_ASC_CONVERT_KERNEL_MAX 65536
+bool cann_asc_dup_supported(const clm_tensor *src, const clm_tensor *dst);
+clm_status cann_asc_dup(cann_backend_ctx *ctx, const clm_tensor *src, clm_tensor *dst);
+bool cann_asc_quantize_supported(const clm_tensor *src, const clm_tensor *dst);
+clm_status cann_asc_quantize(cann_backend_ctx *ctx, const clm_tensor *src, clm_tensor *dst);
+bool cann_asc_get_rows_supported(const clm_tensor *op);
+clm_status cann_asc_get_rows(cann_backend_ctx *ctx, clm_tensor *dst);
 /* ---- prepare hooks: the per-graph pre-pass ---------------------------------------------------
  * graph_compute calls an op's prepare for each supported node of a graph that runs eagerly (an
  * eager run, or a capture miss before it is recorded), never on a replay: it creates the

@@ -1,5 +1,12 @@
-/* ops_get_rows.c - GET_ROWS: dst [ne00, n, ne02, ne03] F32 = rows of src0 [ne00, ne01, ne02, ne03]
- * picked by I32 ids [n, ne02, ne03]; per (i2, i3) slice one aclnnIndexSelect along the row dim.
+/* ops_get_rows.c - GET_ROWS: dst [ne00, n, ne02, ne03] F32 / F16 = rows of src0 [ne00, ne01, ne02,
+ * ne03] picked by I32 ids [n, ne02, ne03].
+ *
+ * The AscendC kernel clm_get_rows (ops_ascendc.c) computes the cases it covers: F32 / F16 tables
+ * with contiguous rows, Q8_0 / Q4_0 / Q4_1 tables in the device layout, into a contiguous F32 or
+ * F16 dst, in one launch; on acl_host it is 2.5x to 28x faster than the composition below,
+ * except an F16 table's conversion into many F32 values (docs/ascendc.md), which stays on the
+ * composition (use_kernel). The rest (BF16 tables, strided dst) composes aclnn calls, F32 dst
+ * only: per (i2, i3) slice one aclnnIndexSelect along the row dim.
  *
  * F32 tables gather straight into dst; F16 / BF16 gather into a temporary and Cast. Quantized
  * tables (device layout of quant_layout.h) gather only the requested rows of each region, then
@@ -22,7 +29,8 @@ static aclTensor *acl_view(void *data, aclDataType dt, int nd, const int64_t *di
 
 static bool is_float(int32_t t) { return t == CLM_TYPE_F32 || t == CLM_TYPE_F16 || t == CLM_TYPE_BF16; }
 
-bool cann_supports_get_rows(const clm_tensor *op) {
+/* The IndexSelect composition's cases. */
+static bool index_select_supported(const clm_tensor *op) {
     const clm_tensor *a = op->src[0], *ids = op->src[1];
     if (op->type != CLM_TYPE_F32 || ids->type != CLM_TYPE_I32 || op->nb[0] != sizeof(float)) return false;
     if (ids->nb[0] % sizeof(int32_t) != 0) return false;
@@ -33,6 +41,19 @@ bool cann_supports_get_rows(const clm_tensor *op) {
     }
     bool q = a->type == CLM_TYPE_Q8_0 || a->type == CLM_TYPE_Q4_0 || a->type == CLM_TYPE_Q4_1;
     return q && a->view_src == NULL && clm_is_contiguous(a) && a->ne[0] % CANN_QL_BLOCK == 0;
+}
+
+bool cann_supports_get_rows(const clm_tensor *op) {
+    return cann_asc_get_rows_supported(op) || index_select_supported(op);
+}
+
+/* The kernel, unless the composition computes the case and was measured faster: a conversion of
+ * a float table (F16 -> F32) into more than CANN_ASC_CONVERT_KERNEL_MAX values. */
+static bool use_kernel(const clm_tensor *op) {
+    if (!cann_asc_get_rows_supported(op)) return false;
+    const clm_tensor *a = op->src[0];
+    bool converts = (a->type == CLM_TYPE_F32 || a->type == CLM_TYPE_F16) && a->type != op->type;
+    return !(converts && clm_nelements(op) > CANN_ASC_CONVERT_KERNEL_MAX && index_select_supported(op));
 }
 
 /* Remainder(self, 16) into out. */
@@ -205,6 +226,7 @@ clm_status cann_op_get_rows(cann_backend_ctx *ctx, clm_tensor *dst) {
                          clm_type_name(a->type), ids->name);
     int64_t n = ids->ne[0];
     if (n == 0 || a->ne[0] == 0) return CLM_OK;
+    if (use_kernel(dst)) return cann_asc_get_rows(ctx, dst);
     clm_status st = CLM_OK;
     for (int64_t i3 = 0; i3 < ids->ne[2] && st == CLM_OK; i3++) {
         for (int64_t i2 = 0; i2 < ids->ne[1] && st == CLM_OK; i2++) {
