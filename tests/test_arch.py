@@ -298,6 +298,37 @@ def test_qwen3moe_routes_each_token_through_its_experts(tmp_path):
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "F16"])
+def test_qwen3moe_batch_is_the_tokens_alone(tmp_path, qtype):
+    """Eight one-token sequences decoded together give each sequence's logits alone, bit for bit,
+    although the experts take other MUL_MAT_ID compositions: Q4_0 / Q4_1 experts are gathered per
+    token alone (2 pairs for 6 experts) and routed through the grouped product together (16
+    pairs), which computes the same dequantized weights with the same fused multiply-adds; F16
+    experts are routed both times. The batch also agrees with the CPU reference."""
+    from gguf import GGMLQuantizationType as QT
+
+    from cann_llm.model import Batch
+    exps = {f"blk.{i}.ffn_{p}_exps.weight": QT[qtype] for i in range(2) for p in ("gate", "up", "down")}
+    path = write_tiny_model(tmp_path / "m.gguf", arch="qwen3moe", head_dim=32, n_ff=64, n_expert=6,
+                            n_expert_used=2, weight_scale=0.1, types=exps)
+    toks = [5, 6, 7, 9, 11, 40, 77, 120]
+    with Model(path, n_ctx=64) as dev, Model(path, device="CPU", n_ctx=64) as cpu:
+        backend = dev.sched.slots[0].backend
+        dev.kv.clear()
+        rows = dev.decode(Batch(toks, [0] * 8, list(range(8)), [True] * 8))
+        together = backend.stats()
+        assert together["mul_mat_id_routed"] > 0 and together["mul_mat_id_gathered"] == 0
+        for s, tok in enumerate(toks):
+            np.testing.assert_array_equal(rows[s], dev.logits([tok])[0])
+        alone = backend.stats()
+        if qtype == "F16":
+            assert alone["mul_mat_id_gathered"] == 0 and alone["mul_mat_id_routed"] > together["mul_mat_id_routed"]
+        else:
+            assert alone["mul_mat_id_gathered"] > 0 and alone["mul_mat_id_routed"] == together["mul_mat_id_routed"]
+        want = np.concatenate([cpu.logits([tok]) for tok in toks])
+        np.testing.assert_allclose(rows, want, rtol=0, atol=5e-3 * np.abs(want).max())
+
+
 class Toy(Llama):
     """A made-up architecture: llama's graph under another name, neox rope, one extra key, and
     its own tensor name for the FFN output (as a new architecture would declare them)."""

@@ -11,14 +11,17 @@ import numpy as np
 import pytest
 
 
-def _backend(device, graph: bool, capacity: int | None = None, pool: str | None = None):
+def _backend(device, graph: bool, capacity: int | None = None, pool: str | None = None,
+             mul_mat_id: str | None = None):
     saved = {k: os.environ.get(k) for k in ("GGML_CANN_ACL_GRAPH", "GGML_CANN_GRAPH_CACHE_CAPACITY",
-                                            "GGML_CANN_MEM_POOL")}
+                                            "GGML_CANN_MEM_POOL", "CANN_LLM_MUL_MAT_ID")}
     os.environ["GGML_CANN_ACL_GRAPH"] = "1" if graph else "0"
     if capacity is not None:
         os.environ["GGML_CANN_GRAPH_CACHE_CAPACITY"] = str(capacity)
     if pool is not None:
         os.environ["GGML_CANN_MEM_POOL"] = pool
+    if mul_mat_id is not None:
+        os.environ["CANN_LLM_MUL_MAT_ID"] = mul_mat_id
     try:
         return device.init_backend()
     finally:
@@ -253,12 +256,21 @@ def test_replays_without_the_pre_pass_interleaved_with_misses(clm, device):
             rope.close()
 
 
-def test_moe_ops_replay_with_new_expert_ids(clm, device):
+# (composition, tokens) -> the graph's two MUL_MAT_IDs (up Q4_0, down F16) as (routed, gathered):
+# the F16 experts are always routed, the Q4_0 ones once 3 experts x n_tokens cover the 8 experts
+MOE_PATHS = {("auto", 5): (2, 0), ("auto", 1): (1, 1), ("routed", 1): (2, 0), ("gather", 5): (0, 2)}
+
+
+@pytest.mark.parametrize("path,n_tokens", list(MOE_PATHS))
+def test_moe_ops_replay_with_new_expert_ids(clm, device, path, n_tokens):
     """Qwen3-MoE's router and experts (ARGSORT top-k, SUM_ROWS, CLAMP, DIV, MUL_MAT_ID on Q4_0 and
     F16 experts): the ids stay on the device, so a replay with other router logits (other experts
     chosen, repeated within and across tokens) gives the eager bytes; nothing is copied from the
-    host or synchronized inside the captured graph (acl_host refuses that during capture)."""
-    n_embd, n_ff, n_expert, n_used, n_tokens = 64, 32, 8, 3, 5
+    host or synchronized inside the captured graph (acl_host refuses that during capture). Both
+    MUL_MAT_ID compositions (CANN_LLM_MUL_MAT_ID; counted per captured launch) capture, and they
+    agree: the Q4_0 experts bit for bit (same dequantized weights, same fused multiply-adds), the
+    F16 ones to F16 rounding (the grouped product takes F16 activations and gives F16 rows)."""
+    n_embd, n_ff, n_expert, n_used = 64, 32, 8, 3
     ctx = clm.Context(64)
     x = ctx.new_tensor(clm.TensorType.F32, [n_embd, n_tokens], name="x")
     logits = ctx.new_tensor(clm.TensorType.F32, [n_expert, n_tokens], name="logits")
@@ -286,16 +298,32 @@ def test_moe_ops_replay_with_new_expert_ids(clm, device):
         logits.set(np.array(rows, dtype=np.float32))
         backend.graph_compute(graph)
         backend.synchronize()
-        return out.get().tobytes(), order.get().tobytes()
+        return out.get().tobytes(), order.get().tobytes(), h.get().tobytes(), y.get()
 
     try:
-        with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as captured:
+        with _backend(device, graph=False, mul_mat_id="gather") as eager, \
+                _vmm_graph_backend(device, mul_mat_id=path) as captured:
             want = [run(eager, seed) for seed in range(4)]
             got = [run(captured, seed) for seed in range(4)]
             assert len({w[1] for w in want}) == 4             # other experts each time
-            assert got == want
+            for g, w in zip(got, want):
+                assert g[1:3] == w[1:3]                       # ids, and the Q4_0 experts' bits
+                np.testing.assert_allclose(g[3], w[3], rtol=2e-3, atol=2e-3 * np.abs(w[3]).max())
+            again = [run(captured, seed) for seed in range(4)]
+            assert [a[0] for a in again] == [g[0] for g in got]
             stats = captured.stats()
-            assert (stats["graph_captures"], stats["graph_replays"]) == (1, 3)
+            assert (stats["graph_captures"], stats["graph_replays"]) == (1, 7)
+            routed, gathered = stats["mul_mat_id_routed"], stats["mul_mat_id_gathered"]
+            want_routed, want_gathered = MOE_PATHS[path, n_tokens]   # per graph launch
+            launches = (routed + gathered) // 2
+            assert launches >= 1 and (routed, gathered) == (want_routed * launches, want_gathered * launches)
     finally:
         buffer.close()
         ctx.close()
+
+
+def test_mul_mat_id_composition_must_be_named(device):
+    with pytest.raises(Exception, match="CANN_LLM_MUL_MAT_ID=grouped: expected auto, gather or routed"):
+        _backend(device, graph=False, mul_mat_id="grouped")
+
+

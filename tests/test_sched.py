@@ -6,6 +6,7 @@ import pytest
 
 from cann_llm import backend as be, reference as ref
 from cann_llm.backend import Op, TensorType
+from cann_llm.dtypes import bf16_bits
 from cann_llm.sched import DeviceSlot, Scheduler, _Arena
 
 RNG = np.random.default_rng(0)
@@ -154,21 +155,26 @@ def test_gelu_geglu_tanh_on_device_and_cpu_agree(device):
 MOE_OPS = {Op.ARGSORT, Op.SUM_ROWS, Op.CLAMP, Op.DIV, Op.MUL_MAT_ID}
 
 
-def _moe_weights(device, n_embd=32, n_ff=64, n_expert=8):
-    """Qwen3-MoE's FFN weights in the device's buffer: the router in F32, the experts' up and
-    gate in Q8_0, down in F16."""
+def _moe_weights(device, n_embd=32, n_ff=64, n_expert=8, types=("Q8_0", "Q8_0", "F16")):
+    """Qwen3-MoE's FFN weights in the device's buffer: the router in F32, the experts' up, gate
+    and down of the given types (default Q8_0, Q8_0, F16)."""
     wctx = be.Context(16)
-    w = {"gate_inp": wctx.new_tensor(TensorType.F32, [n_embd, n_expert], name="gate_inp"),
-         "up": wctx.new_tensor(TensorType.Q8_0, [n_embd, n_ff, n_expert], name="up_exps"),
-         "gate": wctx.new_tensor(TensorType.Q8_0, [n_embd, n_ff, n_expert], name="gate_exps"),
-         "down": wctx.new_tensor(TensorType.F16, [n_ff, n_embd, n_expert], name="down_exps")}
+    shapes = {"up": [n_embd, n_ff, n_expert], "gate": [n_embd, n_ff, n_expert], "down": [n_ff, n_embd, n_expert]}
+    w = {"gate_inp": wctx.new_tensor(TensorType.F32, [n_embd, n_expert], name="gate_inp")}
+    for name, ttype in zip(("up", "gate", "down"), types):
+        w[name] = wctx.new_tensor(TensorType[ttype], shapes[name], name=name + "_exps")
     buf = wctx.alloc_tensors(device.buffer_type)
     buf.usage = be.BufferUsage.WEIGHTS
     w["gate_inp"].set(RNG.standard_normal((n_expert, n_embd)).astype(np.float32))
-    for name in ("up", "gate"):
-        w[name].set(be.quantize_f32(TensorType.Q8_0, (0.2 * RNG.standard_normal(
-            (n_expert, n_ff, n_embd))).astype(np.float32)).reshape(n_expert, n_ff, -1))
-    w["down"].set((0.2 * RNG.standard_normal((n_expert, n_embd, n_ff))).astype(np.float16))
+    for name in ("up", "gate", "down"):
+        k, n = shapes[name][:2]
+        values = (0.2 * RNG.standard_normal((n_expert, n, k))).astype(np.float32)
+        if w[name].type == TensorType.F16:
+            w[name].set(values.astype(np.float16))
+        elif w[name].type == TensorType.BF16:
+            w[name].set(bf16_bits(values))
+        else:
+            w[name].set(be.quantize_f32(w[name].type, values).reshape(n_expert, n, -1))
     return wctx, buf, w
 
 
@@ -241,29 +247,33 @@ def test_moe_ops_fall_back_to_cpu(device):
     np.testing.assert_allclose(got, _moe_loop(w, x_val), rtol=1e-3, atol=1e-4)
 
 
-def test_moe_ops_on_the_device(device):
+@pytest.mark.parametrize("types,n_tokens", [(("Q8_0", "Q8_0", "F16"), 6), (("Q4_0", "Q4_1", "Q4_0"), 9),
+                                            (("Q4_0", "Q4_1", "BF16"), 2)])
+def test_moe_ops_on_the_device(device, types, n_tokens):
     """The same FFN with the five ops on the device: one split, no CPU node; the result matches
     the fallback run, the reference's evaluate() and the token-by-token loop (the routing rows are
     random floats, so the top-k has no ties for the device and ggml's CPU to order differently).
-    Six tokens with repeated experts, so every expert slice is gathered more than once. The
-    quantized experts take F16 activations and give F16 results on the device (as MUL_MAT), so
-    the comparison is by relative error norm (MUL_MAT's test-ops NMSE 5e-4 is a norm of 2.2e-2)."""
-    wctx, wbuf, w = _moe_weights(device)
-    ctx, g, x, out = _moe_ffn(w, n_tokens=6)
+    Tokens with repeated experts, so every expert slice is used more than once. The experts run
+    gathered per token (Q8_0; Q4_0 / Q4_1 at 2 tokens) or routed through the grouped product (F16,
+    BF16; Q4_0 / Q4_1 at 9 tokens: 18 (token, expert) pairs for 8 experts). The quantized and F16
+    experts take F16 activations and give F16 results on the device (as MUL_MAT), so the
+    comparison is by relative error norm (MUL_MAT's test-ops NMSE 5e-4 is a norm of 2.2e-2)."""
+    wctx, wbuf, w = _moe_weights(device, types=types)
+    ctx, g, x, out = _moe_ffn(w, n_tokens=n_tokens)
     sched = Scheduler([DeviceSlot(device)])
     plan = sched.plan(g, {"x": x}, {"out": out})
     placed = {plan.nodes[i].op for i, s in enumerate(plan.assign) if s != sched.cpu}
     assert MOE_OPS <= placed
     assert all(s != sched.cpu for s in plan.assign)
-    x_val = RNG.standard_normal((6, 32)).astype(np.float32)
+    x_val = RNG.standard_normal((n_tokens, 32)).astype(np.float32)
     got = plan.run({"x": x_val})["out"].astype(np.float64)
 
     def rel(want):
         want = np.asarray(want, dtype=np.float64).reshape(got.shape)
         return np.linalg.norm(got - want) / np.linalg.norm(want)
-    ctx2, g2, x2, out2 = _moe_ffn(w, n_tokens=6)
+    ctx2, g2, x2, out2 = _moe_ffn(w, n_tokens=n_tokens)
     fallback = Scheduler([DeviceSlot(device, decline=MOE_OPS)]).plan(g2, {"x": x2}, {"out": out2})
     assert rel(fallback.run({"x": x_val})["out"]) < 5e-3
-    ctx3, g3, x3, out3 = _moe_ffn(w, n_tokens=6)
+    ctx3, g3, x3, out3 = _moe_ffn(w, n_tokens=n_tokens)
     assert rel(ref.evaluate(g3, {x3: x_val, **{t: t.get() for t in w.values()}})[out3]) < 5e-3
     assert rel(_moe_loop(w, x_val)) < 5e-3

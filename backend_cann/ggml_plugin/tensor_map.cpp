@@ -142,12 +142,14 @@ bool map_op(const ggml_tensor *g, int32_t *op, int32_t op_params[CLM_MAX_OP_PARA
     if (rule.op == CLM_OP_MUL_MAT || rule.op == CLM_OP_MUL_MAT_ID) {
         // op_params[3]: the lowest precision src1 may be converted to (ggml_prec_set_src, 0 = any;
         // ranks F32 10 < BF16 15 < F16 20). The device casts the activations to F16 for quantized
-        // weights and to BF16 for BF16 weights (F32 / F16 weights keep them F32).
+        // weights and to BF16 for BF16 weights; F32 weights keep them F32, and so do F16 weights
+        // in MUL_MAT (MUL_MAT_ID's grouped product takes F16 activations with F16 experts).
         const int32_t prec = g->op_params[3];
         const int32_t wtype = g->src[0] != nullptr ? stored_type(g->src[0]) : CLM_TYPE_F32;
-        const int32_t needs = wtype == CLM_TYPE_F32 || wtype == CLM_TYPE_F16 ? 10
-                              : wtype == CLM_TYPE_BF16                      ? 15
-                                                                            : 20;
+        const bool f16_keeps_f32 = rule.op == CLM_OP_MUL_MAT;
+        const int32_t needs = wtype == CLM_TYPE_F32 || (wtype == CLM_TYPE_F16 && f16_keeps_f32) ? 10
+                              : wtype == CLM_TYPE_BF16                                          ? 15
+                                                                                                : 20;
         if (prec != 0 && prec < needs) return false;
     }
     if (rule.op == CLM_OP_FLASH_ATTN_EXT) {

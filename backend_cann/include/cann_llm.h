@@ -419,6 +419,8 @@ typedef struct clm_cann_stats {
     int32_t graph_cached;       /* captured graphs held in the LRU */
     int64_t fused_add_rms_norm; /* CANN_LLM_FUSION: ADD+RMS_NORM+MUL launched as one aclnnAddRmsNorm
                                  * (counted when issued: eagerly or while capturing, not per replay) */
+    int64_t mul_mat_id_routed;  /* MUL_MAT_IDs issued as a routed grouped product (CANN_LLM_MUL_MAT_ID) */
+    int64_t mul_mat_id_gathered; /* ... and as per-token gathers; counted as fused_add_rms_norm */
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

@@ -355,6 +355,13 @@ def _mul_mat_id_cases() -> list[Case]:
         cases.append(_mmid_case(type_a, F32, 256, 256, 16, 4, 1, 1, ids_view=True))
         cases.append(_mmid_case(type_a, F32, 256, 256, 16, 4, 1, None))
         cases.append(_mmid_case(type_a, F32, 256, 256, 16, 4, 9, 1, ids_view=True))
+    # more tokens than experts (a prompt): every expert has several tokens, some none; the INT4
+    # experts are routed through the grouped product from n_ids * n_tokens >= n_as (Q4_1: 2 n_as)
+    for type_a in (F32, F16, BF16, Q8_0, Q4_0, Q4_1):
+        cases.append(_mmid_case(type_a, F32, 48, 128, 8, 2, 40, 1, ids_view=True))
+        cases.append(_mmid_case(type_a, F32, 48, 128, 8, 2, 40, None, ids="rep"))
+    for type_a in (F16, Q4_0, Q4_1):
+        cases.append(_mmid_case(type_a, F32, 256, 256, 16, 4, 64, None, ids_view=True))
     # declined: b rows neither 1 nor n_ids (2 rows for 4 experts)
     cases.append(_mmid_case(F16, F32, 16, 64, 8, 4, 2, 2))
     # one weight row of INT4 experts (a (K, 1) weight view WQBMM refuses): declined; Q8_0 runs

@@ -72,6 +72,13 @@ int cann_bcast_shape(const clm_tensor *src0, const clm_tensor *src1, const clm_t
     return n;
 }
 
+aclTensor *cann_acl_view(void *data, aclDataType dt, int nd, const int64_t *dims, const int64_t *strides,
+                         int64_t offset) {
+    int64_t extent = offset + 1;
+    for (int i = 0; i < nd; i++) extent += (dims[i] - 1) * strides[i];
+    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, offset, ACL_FORMAT_ND, &extent, 1, data);
+}
+
 void cann_destroy_tensors(int n, ...) {
     va_list args;
     va_start(args, n);

@@ -267,6 +267,18 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
     const char *fusion = getenv("CANN_LLM_FUSION");
     ctx->fusion = !(fusion != NULL && (strcmp(fusion, "0") == 0 || strcasecmp(fusion, "off") == 0 ||
                                        strcasecmp(fusion, "false") == 0 || strcasecmp(fusion, "no") == 0));
+    const char *mmid = getenv("CANN_LLM_MUL_MAT_ID");
+    if (mmid == NULL || mmid[0] == '\0' || strcasecmp(mmid, "auto") == 0) {
+        ctx->mul_mat_id_path = CANN_MMID_AUTO;
+    } else if (strcasecmp(mmid, "gather") == 0) {
+        ctx->mul_mat_id_path = CANN_MMID_GATHER;
+    } else if (strcasecmp(mmid, "routed") == 0) {
+        ctx->mul_mat_id_path = CANN_MMID_ROUTED;
+    } else {
+        free(ctx);
+        free(backend);
+        return clm_error(CLM_ERR_INVALID_ARG, "CANN_LLM_MUL_MAT_ID=%.32s: expected auto, gather or routed", mmid);
+    }
     snprintf(ctx->name, sizeof(ctx->name), "CANN%d", device);
     aclError err = aclrtCreateStream(&ctx->stream);
     if (err != ACL_SUCCESS) {
@@ -307,6 +319,8 @@ clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
     out->graph_replays = ctx->graph_replays;
     out->graph_cached = cann_graph_cache_size(ctx);
     out->fused_add_rms_norm = ctx->fused_add_rms_norm;
+    out->mul_mat_id_routed = ctx->mul_mat_id_routed;
+    out->mul_mat_id_gathered = ctx->mul_mat_id_gathered;
     return CLM_OK;
 }
 

@@ -64,6 +64,9 @@ typedef struct cann_temp {
     size_t size;
 } cann_temp;
 
+/* MUL_MAT_ID's composition (CANN_LLM_MUL_MAT_ID): chosen per node, or forced. */
+typedef enum cann_mmid_path { CANN_MMID_AUTO = 0, CANN_MMID_GATHER = 1, CANN_MMID_ROUTED = 2 } cann_mmid_path;
+
 /* One per backend: a stream on a device. */
 typedef struct cann_backend_ctx {
     int device;
@@ -76,6 +79,9 @@ typedef struct cann_backend_ctx {
     struct cann_consts *consts;        /* constant cache: ones gamma, tables, ROPE sin/cos (cann_consts.c) */
     struct cann_profile *profile;      /* per-node timing events while profiling (profile.c), else NULL */
     bool fusion;                       /* CANN_LLM_FUSION (default on): fused node sequences (run_nodes) */
+    int mul_mat_id_path;               /* CANN_LLM_MUL_MAT_ID: cann_mmid_path */
+    int64_t mul_mat_id_routed;         /* MUL_MAT_IDs issued as routed grouped products ... */
+    int64_t mul_mat_id_gathered;       /* ... and as per-token gathers (ops_mul_mat_id.c) */
     int64_t fused_add_rms_norm;        /* ADD+RMS_NORM+MUL sequences launched as one aclnnAddRmsNorm */
     HcclComm comm;                     /* tensor parallelism (ops_comm.c), NULL without */
     int32_t comm_ranks, comm_rank;
@@ -138,8 +144,27 @@ int cann_bcast_shape(const clm_tensor *src0, const clm_tensor *src1, const clm_t
         st_;                                                                                  \
     })
 
+/* An aclTensor over data from row-major dims and element strides (offset in elements; the storage
+ * is the 1-D extent the view reaches). NULL if it cannot. */
+aclTensor *cann_acl_view(void *data, aclDataType dt, int nd, const int64_t *dims, const int64_t *strides,
+                         int64_t offset);
+
 /* Destroys descriptors (NULL-safe) in one call. */
 void cann_destroy_tensors(int n, ...);
+
+/* ---- shared by MUL_MAT and MUL_MAT_ID (ops_matmul.c) ------------------------------------------- */
+#define CANN_WQ_MAX_N 65535 /* WeightQuantBatchMatmulV2's largest n (and k) */
+static inline bool cann_is_float_type(int32_t t) {
+    return t == CLM_TYPE_F32 || t == CLM_TYPE_F16 || t == CLM_TYPE_BF16;
+}
+static inline bool cann_is_wq_type(int32_t t) {
+    return t == CLM_TYPE_Q8_0 || t == CLM_TYPE_Q4_0 || t == CLM_TYPE_Q4_1;
+}
+/* x in dtype `type`, contiguous: x's own data, or a pool temporary (cast / copy) in *tmp. */
+clm_status cann_matmul_activations(cann_backend_ctx *ctx, const clm_tensor *x, int32_t type, cann_temp *tmp,
+                                   void **data);
+/* dst (F32, contiguous) <- the contiguous result at data in `type`. */
+clm_status cann_matmul_cast_result(cann_backend_ctx *ctx, void *data, int32_t type, clm_tensor *dst);
 
 /* ---- op families ------------------------------------------------------------------------------ */
 bool cann_supports_binary(const clm_tensor *op);

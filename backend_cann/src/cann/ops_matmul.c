@@ -11,30 +11,17 @@
  * scales as a (K/32, N) view strides (1, K/32), group 32 when K > 32 else per-channel, Q4_1's
  * offsets as antiquantOffset; F16 output cast to the F32 dst (per chunk when M > 1 and N is split,
  * since the operator's y must be contiguous).
+ * Also the helpers MUL_MAT_ID shares (ops_mul_mat_id.c): activations in a dtype, the result cast.
  */
 #include "cann/cann_common.h"
 #include "cann/quant_layout.h"
 
-#define WQ_MAX_N 65535
-
-/* An aclTensor from row-major dims and element strides (storage: the 1-D extent). */
-static aclTensor *acl_view(void *data, aclDataType dt, int nd, const int64_t *dims, const int64_t *strides,
-                           int64_t offset) {
-    int64_t extent = offset + 1;
-    for (int i = 0; i < nd; i++) extent += (dims[i] - 1) * strides[i];
-    return aclCreateTensor(dims, (uint64_t)nd, dt, strides, offset, ACL_FORMAT_ND, &extent, 1, data);
-}
-
-static bool is_float(int32_t t) { return t == CLM_TYPE_F32 || t == CLM_TYPE_F16 || t == CLM_TYPE_BF16; }
-
-static bool is_wq_type(int32_t t) { return t == CLM_TYPE_Q8_0 || t == CLM_TYPE_Q4_0 || t == CLM_TYPE_Q4_1; }
-
 bool cann_supports_mul_mat(const clm_tensor *op) {
     const clm_tensor *w = op->src[0], *x = op->src[1];
     if (op->type != CLM_TYPE_F32 || !clm_is_contiguous(op)) return false;
-    if (!is_float(x->type)) return false;
+    if (!cann_is_float_type(x->type)) return false;
     if (x->ne[2] % w->ne[2] != 0 || x->ne[3] % w->ne[3] != 0) return false;
-    if (is_float(w->type)) {
+    if (cann_is_float_type(w->type)) {
         /* element strides must be whole elements */
         for (int i = 0; i < CLM_MAX_DIMS; i++)
             if (w->nb[i] % clm_type_size(w->type) != 0 || x->nb[i] % clm_type_size(x->type) != 0) return false;
@@ -43,18 +30,13 @@ bool cann_supports_mul_mat(const clm_tensor *op) {
     /* quantized: the whole (non-view) tensor in the device layout, 32-element blocks. An INT4
      * weight (Q4_0 / Q4_1) chunk of one column is a (K, 1) view that is contiguous as well as
      * transposed, read as contiguous, whose innermost dimension 1 is odd: WQBMM refuses it. */
-    bool int4_ok = w->type == CLM_TYPE_Q8_0 || w->ne[1] % WQ_MAX_N != 1;
-    return is_wq_type(w->type) && w->view_src == NULL && clm_is_contiguous(w) && w->ne[0] % CANN_QL_BLOCK == 0 &&
+    bool int4_ok = w->type == CLM_TYPE_Q8_0 || w->ne[1] % CANN_WQ_MAX_N != 1;
+    return cann_is_wq_type(w->type) && w->view_src == NULL && clm_is_contiguous(w) && w->ne[0] % CANN_QL_BLOCK == 0 &&
            int4_ok;
 }
 
-/* ggml-order tensor t as an aclTensor with t's dtype `as` (same element size) and row-major dims
- * of the 4 ggml dims. */
-static aclTensor *acl_4d(const clm_tensor *t) { return cann_acl_tensor(t); }
-
-/* src1 in dtype `type`, contiguous: a pool temporary (cast / copy) unless it already is. */
-static clm_status activations_as(cann_backend_ctx *ctx, const clm_tensor *x, int32_t type, cann_temp *tmp,
-                                 void **data) {
+clm_status cann_matmul_activations(cann_backend_ctx *ctx, const clm_tensor *x, int32_t type, cann_temp *tmp,
+                                   void **data) {
     tmp->ptr = NULL, tmp->size = 0, tmp->pool = NULL;
     if (x->type == type && clm_is_contiguous(x)) {
         *data = x->data;
@@ -67,7 +49,7 @@ static clm_status activations_as(cann_backend_ctx *ctx, const clm_tensor *x, int
     size_t nb[CLM_MAX_DIMS];
     nb[0] = es;
     for (int i = 1; i < CLM_MAX_DIMS; i++) nb[i] = nb[i - 1] * (size_t)x->ne[i - 1];
-    aclTensor *src = acl_4d(x);
+    aclTensor *src = cann_acl_tensor(x);
     aclTensor *dst = cann_acl_tensor_nd(tmp->ptr, type, x->ne, nb, CLM_MAX_DIMS, 0);
     if (src == NULL || dst == NULL) {
         st = clm_error(CLM_ERR_UNSUPPORTED, "%s: cannot describe '%s' as an aclTensor", "MUL_MAT", x->name);
@@ -82,8 +64,7 @@ static clm_status activations_as(cann_backend_ctx *ctx, const clm_tensor *x, int
     return st;
 }
 
-/* dst (F32, contiguous) <- the contiguous result at data in `type`. */
-static clm_status cast_to_dst(cann_backend_ctx *ctx, void *data, int32_t type, clm_tensor *dst) {
+clm_status cann_matmul_cast_result(cann_backend_ctx *ctx, void *data, int32_t type, clm_tensor *dst) {
     int64_t n = clm_nelements(dst);
     size_t nb = clm_type_size(type);
     aclTensor *src = cann_acl_tensor_nd(data, type, &n, &nb, 1, 0);
@@ -109,7 +90,7 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
     int64_t xs[4]; /* element strides of x in the compute dtype: K, M, ne12, ne13 */
     clm_status st = CLM_OK;
     if (x->type != ct) {
-        st = activations_as(ctx, x, ct, &xt, &xdata);
+        st = cann_matmul_activations(ctx, x, ct, &xt, &xdata);
         if (st != CLM_OK) return st;
         xs[0] = 1, xs[1] = K, xs[2] = K * M, xs[3] = K * M * x->ne[2];
     } else {
@@ -131,9 +112,9 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
         int64_t ad[2] = {M, K}, as[2] = {xs[1], xs[0]};
         int64_t bd[2] = {K, N}, bs[2] = {(int64_t)(w->nb[0] / wes), (int64_t)(w->nb[1] / wes)};
         int64_t yd[2] = {M, N}, ys[2] = {N, 1};
-        a = acl_view(xdata, adt, 2, ad, as, 0);
-        b = acl_view(w->data, wdt, 2, bd, bs, 0);
-        y = acl_view(ydata, adt, 2, yd, ys, 0);
+        a = cann_acl_view(xdata, adt, 2, ad, as, 0);
+        b = cann_acl_view(w->data, wdt, 2, bd, bs, 0);
+        y = cann_acl_view(ydata, adt, 2, yd, ys, 0);
         st = a && b && y ? CANN_ACLNN(ctx, Mm, a, b, y, 1) : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: bad views");
     } else {
         /* batch dims [ne03, r3, ne02, r2]: x index i13 = i03 * r3 + j3, i12 = i02 * r2 + j2 */
@@ -144,13 +125,13 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
                          (int64_t)(w->nb[1] / wes)};
         int64_t yd[6] = {w->ne[3], r3, w->ne[2], r2, M, N};
         int64_t ys[6] = {N * M * x->ne[2] * r3, N * M * x->ne[2], N * M * r2, N * M, N, 1};
-        a = acl_view(xdata, adt, 6, ad, as, 0);
-        b = acl_view(w->data, wdt, 6, bd, bs, 0);
-        y = acl_view(ydata, adt, 6, yd, ys, 0);
+        a = cann_acl_view(xdata, adt, 6, ad, as, 0);
+        b = cann_acl_view(w->data, wdt, 6, bd, bs, 0);
+        y = cann_acl_view(ydata, adt, 6, yd, ys, 0);
         st = a && b && y ? CANN_ACLNN(ctx, Matmul, a, b, y, 1) : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: bad views");
     }
     cann_destroy_tensors(3, a, b, y);
-    if (st == CLM_OK && ct != CLM_TYPE_F32) st = cast_to_dst(ctx, ydata, ct, dst);
+    if (st == CLM_OK && ct != CLM_TYPE_F32) st = cann_matmul_cast_result(ctx, ydata, ct, dst);
     cann_temp_free(&yt);
     cann_temp_free(&xt);
     return st;
@@ -172,14 +153,14 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
     int group = K > CANN_QL_BLOCK ? CANN_QL_BLOCK : 0;
 
     /* y must be contiguous: a column chunk of a multi-row output is not, so with M > 1 and
-     * N > WQ_MAX_N each chunk goes to a contiguous (M, nc) temporary cast into its place in dst;
+     * N > CANN_WQ_MAX_N each chunk goes to a contiguous (M, nc) temporary cast into its place in dst;
      * otherwise (decode M = 1, or one chunk) the F16 result is one temporary cast at the end */
-    bool per_chunk = M > 1 && N > WQ_MAX_N;
+    bool per_chunk = M > 1 && N > CANN_WQ_MAX_N;
     cann_temp xt = {0}, yt = {0};
     void *xdata;
-    clm_status st = activations_as(ctx, x, CLM_TYPE_F16, &xt, &xdata);
+    clm_status st = cann_matmul_activations(ctx, x, CLM_TYPE_F16, &xt, &xdata);
     if (st != CLM_OK) return st;
-    st = cann_temp_alloc(ctx, (size_t)(per_chunk ? M * WQ_MAX_N : clm_nelements(dst)) * 2, &yt);
+    st = cann_temp_alloc(ctx, (size_t)(per_chunk ? M * CANN_WQ_MAX_N : clm_nelements(dst)) * 2, &yt);
     if (st != CLM_OK) {
         cann_temp_free(&xt);
         return st;
@@ -188,25 +169,25 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
         for (int64_t i12 = 0; i12 < x->ne[2] && st == CLM_OK; i12++) {
             int64_t slice = (i13 / r3) * w->ne[2] + i12 / r2;
             int64_t batch = i13 * x->ne[2] + i12;
-            for (int64_t n0 = 0; n0 < N && st == CLM_OK; n0 += WQ_MAX_N) {
-                int64_t nc = N - n0 < WQ_MAX_N ? N - n0 : WQ_MAX_N;
+            for (int64_t n0 = 0; n0 < N && st == CLM_OK; n0 += CANN_WQ_MAX_N) {
+                int64_t nc = N - n0 < CANN_WQ_MAX_N ? N - n0 : CANN_WQ_MAX_N;
                 int64_t xd[2] = {M, K}, xs[2] = {K, 1};
                 int64_t wd[2] = {K, nc}, ws[2] = {1, K};
                 int64_t yd[2] = {M, nc}, ys[2] = {per_chunk ? nc : N, 1};
                 int64_t y_off = per_chunk ? 0 : batch * M * N + n0;
                 int64_t p_off = slice * N * kg + n0 * kg;
-                aclTensor *ax = acl_view(xdata, ACL_FLOAT16, 2, xd, xs, batch * M * K);
-                aclTensor *aw = acl_view(base, wdt, 2, wd, ws, slice * N * K + n0 * K);
-                aclTensor *ay = acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, y_off);
+                aclTensor *ax = cann_acl_view(xdata, ACL_FLOAT16, 2, xd, xs, batch * M * K);
+                aclTensor *aw = cann_acl_view(base, wdt, 2, wd, ws, slice * N * K + n0 * K);
+                aclTensor *ay = cann_acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, y_off);
                 aclTensor *as, *ao = NULL;
                 if (group) {
                     int64_t sd[2] = {kg, nc}, ss[2] = {1, kg};
-                    as = acl_view(scales, ACL_FLOAT16, 2, sd, ss, p_off);
-                    if (offsets) ao = acl_view(offsets, ACL_FLOAT16, 2, sd, ss, p_off);
+                    as = cann_acl_view(scales, ACL_FLOAT16, 2, sd, ss, p_off);
+                    if (offsets) ao = cann_acl_view(offsets, ACL_FLOAT16, 2, sd, ss, p_off);
                 } else {
                     int64_t sd[1] = {nc}, ss[1] = {kg};
-                    as = acl_view(scales, ACL_FLOAT16, 1, sd, ss, p_off);
-                    if (offsets) ao = acl_view(offsets, ACL_FLOAT16, 1, sd, ss, p_off);
+                    as = cann_acl_view(scales, ACL_FLOAT16, 1, sd, ss, p_off);
+                    if (offsets) ao = cann_acl_view(offsets, ACL_FLOAT16, 1, sd, ss, p_off);
                 }
                 if (!ax || !aw || !ay || !as || (offsets && !ao)) {
                     st = clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: cannot describe the views of '%s'", w->name);
@@ -215,7 +196,7 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
                 }
                 if (st == CLM_OK && per_chunk) { /* the chunk into dst's columns [n0, n0 + nc) */
                     int64_t ds[2] = {N, 1};
-                    aclTensor *ad = acl_view(dst->data, ACL_FLOAT, 2, yd, ds, batch * M * N + n0);
+                    aclTensor *ad = cann_acl_view(dst->data, ACL_FLOAT, 2, yd, ds, batch * M * N + n0);
                     st = ad ? CANN_ACLNN(ctx, Cast, ay, ACL_FLOAT, ad)
                             : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: cannot describe the result");
                     cann_destroy_tensors(1, ad);
@@ -224,7 +205,7 @@ static clm_status mul_mat_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
             }
         }
     }
-    if (st == CLM_OK && !per_chunk) st = cast_to_dst(ctx, yt.ptr, CLM_TYPE_F16, dst);
+    if (st == CLM_OK && !per_chunk) st = cann_matmul_cast_result(ctx, yt.ptr, CLM_TYPE_F16, dst);
     cann_temp_free(&yt);
     cann_temp_free(&xt);
     return st;
@@ -236,187 +217,5 @@ clm_status cann_op_mul_mat(cann_backend_ctx *ctx, clm_tensor *dst) {
         return clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT: weights '%s' (%s) x '%s' (%s) are not supported on CANN",
                          w->name, clm_type_name(w->type), dst->src[1]->name, clm_type_name(dst->src[1]->type));
     if (clm_nelements(dst) == 0) return CLM_OK;
-    return is_float(w->type) ? mul_mat_float(ctx, dst) : mul_mat_quant(ctx, dst);
-}
-
-/* ---- MUL_MAT_ID: the experts' matmul of a mixture of experts --------------------------------------
- * dst [N, n_ids, n_tokens] F32 = as [K, N, n_as] (one weight matrix per expert) x b [K, n_b1,
- * n_tokens] for the experts ids [n_ids, n_tokens] (I32) select, as ggml's CANN backend composes it:
- * the ids stay on the device (no host sync, capture-safe), and a host loop over the node's static
- * n_tokens gathers each token's selected expert slices with aclnnIndexSelect (its row of ids as a
- * 1-D INT32 index) into a temporary at a known address, then
- *  - float weights (F32 / F16 / BF16): one aclnnBatchMatMul (n_ids, 1, K) x (n_ids, K, N), the
- *    gathered slices read as transposed views, b's row broadcast as a batch of 1 when n_b1 == 1;
- *  - Q8_0 / Q4_0 / Q4_1 (device layout: quants, then F16 scales, then Q4_1's offsets, each region
- *    in block order, so expert e's part of every region is one contiguous run of N*K/32 blocks):
- *    the quants (as int8 bytes), the scales and the offsets gathered by three IndexSelects, then
- *    one aclnnWeightQuantBatchMatmulV2 with M = 1 per selected expert (and per chunk of at most
- *    65535 columns), F16 activations, F16 results cast to dst at the end.
- * b rows: n_b1 == 1 (one row for every expert) or n_b1 == n_ids (a row per slot); other
- * broadcasts are declined. */
-bool cann_supports_mul_mat_id(const clm_tensor *op) {
-    const clm_tensor *w = op->src[0], *x = op->src[1], *ids = op->src[2];
-    if (op->type != CLM_TYPE_F32 || !clm_is_contiguous(op)) return false;
-    if (ids->type != CLM_TYPE_I32 || !is_float(x->type)) return false;
-    if (x->ne[1] != 1 && x->ne[1] != ids->ne[0]) return false;
-    for (int i = 0; i < CLM_MAX_DIMS; i++)
-        if (x->nb[i] % clm_type_size(x->type) != 0 || ids->nb[i] % sizeof(int32_t) != 0) return false;
-    if (is_float(w->type)) {
-        for (int i = 0; i < CLM_MAX_DIMS; i++)
-            if (w->nb[i] % clm_type_size(w->type) != 0) return false;
-        return true;
-    }
-    bool int4_ok = w->type == CLM_TYPE_Q8_0 || w->ne[1] % WQ_MAX_N != 1;
-    return is_wq_type(w->type) && w->view_src == NULL && clm_is_contiguous(w) && w->ne[0] % CANN_QL_BLOCK == 0 &&
-           int4_ok;
-}
-
-/* Token t's row of ids as a 1-D INT32 index (n_ids). */
-static aclTensor *ids_row(const clm_tensor *ids, int64_t t) {
-    int64_t d[1] = {ids->ne[0]}, s[1] = {(int64_t)(ids->nb[0] / sizeof(int32_t))};
-    return acl_view(ids->data, ACL_INT32, 1, d, s, t * (int64_t)(ids->nb[1] / sizeof(int32_t)));
-}
-
-/* IndexSelect of rows of a 2-D (n_as, row) region at src into the contiguous (n_idx, row) dst. */
-static clm_status gather_rows(cann_backend_ctx *ctx, void *src, aclDataType dt, int64_t n_as, int64_t row,
-                              const aclTensor *index, void *dst, int64_t n_idx) {
-    int64_t sd[2] = {n_as, row}, ss[2] = {row, 1}, dd[2] = {n_idx, row};
-    aclTensor *as = acl_view(src, dt, 2, sd, ss, 0);
-    aclTensor *ad = acl_view(dst, dt, 2, dd, ss, 0);
-    clm_status st = as && ad ? CANN_ACLNN(ctx, IndexSelect, as, 0, index, ad)
-                             : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the expert gather");
-    cann_destroy_tensors(2, as, ad);
-    return st;
-}
-
-static clm_status mul_mat_id_float(cann_backend_ctx *ctx, clm_tensor *dst) {
-    const clm_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
-    int32_t ct = w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type; /* as MUL_MAT: activation and out dtype */
-    int64_t K = w->ne[0], N = w->ne[1], n_as = w->ne[2], n_ids = ids->ne[0], n_b1 = x->ne[1], T = x->ne[2];
-    size_t wes = clm_type_size(w->type), xes = clm_type_size(x->type);
-    cann_temp xt = {0}, yt = {0}, gt = {0};
-    void *xdata = x->data;
-    int64_t xs[3];
-    clm_status st = CLM_OK;
-    if (x->type != ct) {
-        st = activations_as(ctx, x, ct, &xt, &xdata);
-        if (st != CLM_OK) return st;
-        xs[0] = 1, xs[1] = K, xs[2] = K * n_b1;
-    } else {
-        for (int i = 0; i < 3; i++) xs[i] = (int64_t)(x->nb[i] / xes);
-    }
-    void *ydata = dst->data;
-    if (ct != CLM_TYPE_F32) {
-        st = cann_temp_alloc(ctx, (size_t)clm_nelements(dst) * clm_type_size(ct), &yt);
-        ydata = yt.ptr;
-    }
-    if (st == CLM_OK) st = cann_temp_alloc(ctx, (size_t)(n_ids * N * K) * wes, &gt);
-    aclDataType adt = cann_acl_type(ct), wdt = cann_acl_type(w->type);
-    int64_t wd[3] = {n_as, N, K};
-    int64_t ws[3] = {(int64_t)(w->nb[2] / wes), (int64_t)(w->nb[1] / wes), (int64_t)(w->nb[0] / wes)};
-    aclTensor *aw = st == CLM_OK ? acl_view(w->data, wdt, 3, wd, ws, 0) : NULL;
-    if (st == CLM_OK && aw == NULL) st = clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe '%s'", w->name);
-    for (int64_t t = 0; t < T && st == CLM_OK; t++) {
-        aclTensor *idx = ids_row(ids, t);
-        int64_t gd[3] = {n_ids, N, K}, gs[3] = {N * K, K, 1};
-        aclTensor *ag = acl_view(gt.ptr, wdt, 3, gd, gs, 0);
-        st = idx && ag ? CANN_ACLNN(ctx, IndexSelect, aw, 0, idx, ag)
-                       : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the expert gather");
-        cann_destroy_tensors(2, idx, ag);
-        if (st != CLM_OK) break;
-        int64_t nb = n_b1 == 1 ? 1 : n_ids;
-        int64_t ad[3] = {nb, 1, K}, as[3] = {xs[1], K, xs[0]};
-        int64_t bd[3] = {n_ids, K, N}, bs[3] = {N * K, 1, K};
-        int64_t yd[3] = {n_ids, 1, N}, ys[3] = {N, N, 1};
-        aclTensor *a = acl_view(xdata, adt, 3, ad, as, t * xs[2]);
-        aclTensor *b = acl_view(gt.ptr, wdt, 3, bd, bs, 0);
-        aclTensor *y = acl_view(ydata, adt, 3, yd, ys, t * n_ids * N);
-        st = a && b && y ? CANN_ACLNN(ctx, BatchMatMul, a, b, y, 1)
-                         : clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: bad views");
-        cann_destroy_tensors(3, a, b, y);
-    }
-    cann_destroy_tensors(1, aw);
-    if (st == CLM_OK && ct != CLM_TYPE_F32) st = cast_to_dst(ctx, ydata, ct, dst);
-    cann_temp_free(&gt);
-    cann_temp_free(&yt);
-    cann_temp_free(&xt);
-    return st;
-}
-
-static clm_status mul_mat_id_quant(cann_backend_ctx *ctx, clm_tensor *dst) {
-    const clm_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
-    const cann_qlayout *layout = cann_qlayout_get(w->type);
-    if (layout == NULL) return clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: '%s' has no device layout", w->name);
-    int64_t K = w->ne[0], N = w->ne[1], n_as = w->ne[2], n_ids = ids->ne[0], n_b1 = x->ne[1], T = x->ne[2];
-    size_t n_blocks = (size_t)(clm_nelements(w) / CANN_QL_BLOCK);
-    char *base = w->data;
-    char *scales = base + cann_qlayout_region_offset(layout, n_blocks, 1);
-    char *offsets = w->type == CLM_TYPE_Q4_1 ? base + cann_qlayout_region_offset(layout, n_blocks, 2) : NULL;
-    aclDataType wdt = w->type == CLM_TYPE_Q8_0 ? ACL_INT8 : ACL_INT4;
-    int64_t qrow = w->type == CLM_TYPE_Q8_0 ? N * K : N * K / 2; /* one expert's quant bytes */
-    int64_t kg = K / CANN_QL_BLOCK, srow = N * kg;                /* groups per column, per expert */
-    int group = K > CANN_QL_BLOCK ? CANN_QL_BLOCK : 0;
-    cann_temp xt = {0}, yt = {0}, qt = {0}, sct = {0}, ot = {0};
-    void *xdata;
-    clm_status st = activations_as(ctx, x, CLM_TYPE_F16, &xt, &xdata);
-    if (st != CLM_OK) return st;
-    st = cann_temp_alloc(ctx, (size_t)clm_nelements(dst) * 2, &yt);
-    if (st == CLM_OK) st = cann_temp_alloc(ctx, (size_t)(n_ids * qrow), &qt);
-    if (st == CLM_OK) st = cann_temp_alloc(ctx, (size_t)(n_ids * srow) * 2, &sct);
-    if (st == CLM_OK && offsets) st = cann_temp_alloc(ctx, (size_t)(n_ids * srow) * 2, &ot);
-    for (int64_t t = 0; t < T && st == CLM_OK; t++) {
-        aclTensor *idx = ids_row(ids, t);
-        if (idx == NULL) {
-            st = clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the expert ids");
-            break;
-        }
-        st = gather_rows(ctx, base, ACL_INT8, n_as, qrow, idx, qt.ptr, n_ids);
-        if (st == CLM_OK) st = gather_rows(ctx, scales, ACL_FLOAT16, n_as, srow, idx, sct.ptr, n_ids);
-        if (st == CLM_OK && offsets) st = gather_rows(ctx, offsets, ACL_FLOAT16, n_as, srow, idx, ot.ptr, n_ids);
-        cann_destroy_tensors(1, idx);
-        for (int64_t e = 0; e < n_ids && st == CLM_OK; e++) {
-            for (int64_t n0 = 0; n0 < N && st == CLM_OK; n0 += WQ_MAX_N) {
-                int64_t nc = N - n0 < WQ_MAX_N ? N - n0 : WQ_MAX_N;
-                int64_t xd[2] = {1, K}, xs[2] = {K, 1};
-                int64_t wd[2] = {K, nc}, ws[2] = {1, K};
-                int64_t yd[2] = {1, nc}, ys[2] = {nc, 1};
-                int64_t p_off = e * srow + n0 * kg;
-                aclTensor *ax = acl_view(xdata, ACL_FLOAT16, 2, xd, xs, (t * n_b1 + e % n_b1) * K);
-                aclTensor *aw = acl_view(qt.ptr, wdt, 2, wd, ws, e * N * K + n0 * K);
-                aclTensor *ay = acl_view(yt.ptr, ACL_FLOAT16, 2, yd, ys, (t * n_ids + e) * N + n0);
-                aclTensor *as, *ao = NULL;
-                if (group) {
-                    int64_t sd[2] = {kg, nc}, ss[2] = {1, kg};
-                    as = acl_view(sct.ptr, ACL_FLOAT16, 2, sd, ss, p_off);
-                    if (offsets) ao = acl_view(ot.ptr, ACL_FLOAT16, 2, sd, ss, p_off);
-                } else {
-                    int64_t sd[1] = {nc}, ss[1] = {kg};
-                    as = acl_view(sct.ptr, ACL_FLOAT16, 1, sd, ss, p_off);
-                    if (offsets) ao = acl_view(ot.ptr, ACL_FLOAT16, 1, sd, ss, p_off);
-                }
-                if (!ax || !aw || !ay || !as || (offsets && !ao)) {
-                    st = clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: cannot describe the views of '%s'", w->name);
-                } else {
-                    st = CANN_ACLNN(ctx, WeightQuantBatchMatmulV2, ax, aw, as, ao, NULL, NULL, NULL, group, ay);
-                }
-                cann_destroy_tensors(5, ax, aw, ay, as, ao);
-            }
-        }
-    }
-    if (st == CLM_OK) st = cast_to_dst(ctx, yt.ptr, CLM_TYPE_F16, dst);
-    cann_temp_free(&ot);
-    cann_temp_free(&sct);
-    cann_temp_free(&qt);
-    cann_temp_free(&yt);
-    cann_temp_free(&xt);
-    return st;
-}
-
-clm_status cann_op_mul_mat_id(cann_backend_ctx *ctx, clm_tensor *dst) {
-    const clm_tensor *w = dst->src[0];
-    if (!cann_supports_mul_mat_id(dst))
-        return clm_error(CLM_ERR_UNSUPPORTED, "MUL_MAT_ID: experts '%s' (%s) x '%s' (%s) are not supported on CANN",
-                         w->name, clm_type_name(w->type), dst->src[1]->name, clm_type_name(dst->src[1]->type));
-    if (clm_nelements(dst) == 0) return CLM_OK;
-    return is_float(w->type) ? mul_mat_id_float(ctx, dst) : mul_mat_id_quant(ctx, dst);
+    return cann_is_float_type(w->type) ? mul_mat_float(ctx, dst) : mul_mat_quant(ctx, dst);
 }

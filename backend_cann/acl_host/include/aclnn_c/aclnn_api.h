@@ -127,5 +127,6 @@ aclnnStatus aclnnInplaceCopy(void *workspace, uint64_t workspaceSize, aclOpExecu
 #include "aclnn_matmul.h"
 #include "aclnn_nn.h"
 #include "aclnn_attention.h"
+#include "aclnn_moe.h"
 
 #endif /* CANN_LLM_ACLNN_API_H */
