@@ -25,7 +25,15 @@ __all__ = ["bench_ours", "bench_batched", "host_time_per_token", "first_token_ms
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident set (VmHWM) in MiB."""
+    """This process's peak resident set in MiB: VmHWM of /proc/self/status (getrusage's ru_maxrss
+    would carry the parent's peak over fork + exec into the llama.cpp worker)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
