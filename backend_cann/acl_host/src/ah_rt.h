@@ -33,6 +33,9 @@ aclError ah_mem_check_live(const ah_range *range, const char *task);
 /* Releases quarantined blocks that no pending task can still reach. */
 void ah_mem_collect(void);
 bool ah_mem_has_quarantine(void);
+/* Counts the releases of device memory (frees, unmaps): a range checked live at epoch E (read
+ * before the check) is still live while the epoch is E. Replays skip their re-checks then. */
+uint64_t ah_mem_release_epoch(void);
 /* aclFinalize: unmaps every block. */
 void ah_mem_release_all(void);
 /* Device capacity accounting (aclrtMalloc, aclrtMallocPhysical). */

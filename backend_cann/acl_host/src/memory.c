@@ -65,12 +65,17 @@ static block *g_blocks;
 static size_t g_n_blocks, g_blocks_cap;
 static size_t g_used[AH_MAX_DEVICES];
 static atomic_size_t g_n_quarantined;
+/* +1 whenever a range stops being live device memory (a free, an unmap); a range found live at
+ * epoch E is still live while the epoch is E (allocations never make a live range dead). */
+static _Atomic uint64_t g_release_epoch;
 /* Recently freed blocks (diagnostics only): its own lock, as lookups run under the read lock. */
 static pthread_mutex_t g_ring_lock = PTHREAD_MUTEX_INITIALIZER;
 static freed_entry g_ring[AH_FREED_RING];
 static size_t g_ring_next, g_ring_count;
 
 bool ah_mem_has_quarantine(void) { return atomic_load(&g_n_quarantined) > 0; }
+
+uint64_t ah_mem_release_epoch(void) { return atomic_load(&g_release_epoch); }
 
 /* ---- registry (callers hold g_mem_lock) -------------------------------------------------------- */
 
@@ -460,6 +465,7 @@ static aclError release(const char *api, void *ptr, ah_mem_kind kind, bool vmm)
             b->freed_after_gseq = last;
             atomic_fetch_add(&g_n_quarantined, 1);
         }
+        atomic_fetch_add(&g_release_epoch, 1);
     }
     pthread_rwlock_unlock(&g_mem_lock);
     if (unmap)
@@ -509,8 +515,10 @@ void ah_mem_vmm_forget(void *base)
 {
     pthread_rwlock_wrlock(&g_mem_lock);
     long i = find_block((uintptr_t)base, NULL);
-    if (i >= 0 && g_blocks[i].base == (uintptr_t)base && g_blocks[i].vmm_res)
+    if (i >= 0 && g_blocks[i].base == (uintptr_t)base && g_blocks[i].vmm_res) {
         remove_block((size_t)i);
+        atomic_fetch_add(&g_release_epoch, 1);
+    }
     pthread_rwlock_unlock(&g_mem_lock);
 }
 
@@ -540,6 +548,7 @@ void ah_mem_vmm_release_range(void *base, size_t size)
     }
     if (cursor < end)
         munmap((void *)cursor, end - cursor);
+    atomic_fetch_add(&g_release_epoch, 1);
     pthread_rwlock_unlock(&g_mem_lock);
 }
 
@@ -573,6 +582,7 @@ void ah_mem_release_all(void)
     g_n_blocks = g_blocks_cap = 0;
     memset(g_used, 0, sizeof g_used);
     atomic_store(&g_n_quarantined, 0);
+    atomic_fetch_add(&g_release_epoch, 1);
     pthread_rwlock_unlock(&g_mem_lock);
     pthread_mutex_lock(&g_ring_lock);
     g_ring_next = g_ring_count = 0;
