@@ -145,16 +145,21 @@ def first_token_ms(model, seed=2) -> float:
 
 
 def host_time_per_token(model, n_gen=32, seed=1):
-    """Where a decode token's time goes: {"total_ms", "backend_ms", "host_ms", "sampler_ms"} per
-    token over a greedy run of n_gen tokens. backend_ms is the time inside the backend's calls
-    (graph_compute, synchronize, tensor set/get/copy: the device's work, or waiting for it);
-    host_ms the rest: Python (inputs, scheduling, sampling) on the host thread. Measured with
-    wrapped methods on a separate run, so the tokens/s figures are not affected."""
+    """Where a decode token's time goes, per token over a greedy run of n_gen tokens (wrapped
+    methods on a separate run, so the tokens/s figures are not affected):
+      wait_ms    blocked until the device is done (synchronize, and the logits download, which
+                 waits for the graph): the kernels, or on an NPU the device;
+      launch_ms  inside graph_compute (queueing the graph or its replay: dispatch);
+      upload_ms  inside the input uploads (set_tensor_async, cpy_tensor_async);
+      python_ms  the rest: Python (inputs, scheduling, sampling; sampler_ms of it sampling);
+      host_ms    everything but wait_ms: the host's cost of a token (on an NPU, the whole cost
+                 of a replayed token when the device is faster);
+      total_ms, and backend_ms = wait + launch + upload (the time inside backend calls)."""
     import random
 
     from . import backend as be
     from . import sampler as sampler_mod
-    acc = {"backend": 0.0, "sampler": 0.0}
+    acc = {"wait": 0.0, "launch": 0.0, "upload": 0.0, "sampler": 0.0}
     saved = []
 
     def wrap(cls, name, key):
@@ -171,9 +176,10 @@ def host_time_per_token(model, n_gen=32, seed=1):
         saved.append((cls, name, fn))
         setattr(cls, name, timed)
 
-    for name in ("graph_compute", "synchronize", "set_tensor_async", "get_tensor_async",
-                 "cpy_tensor_async"):
-        wrap(be.Backend, name, "backend")
+    for name, key in (("graph_compute", "launch"), ("synchronize", "wait"),
+                      ("set_tensor_async", "upload"), ("get_tensor_async", "wait"),
+                      ("cpy_tensor_async", "upload")):
+        wrap(be.Backend, name, key)
     wrap(sampler_mod.Sampler, "sample", "sampler")
     rng = random.Random(seed)
     eog = set(getattr(model.tokenizer, "eog_ids", ()) or ())
@@ -185,14 +191,20 @@ def host_time_per_token(model, n_gen=32, seed=1):
             count += 1
             if t_first is None:
                 t_first = time.perf_counter()
-                acc["backend"] = acc["sampler"] = 0.0
+                for key in acc:
+                    acc[key] = 0.0
         total = time.perf_counter() - t_first
     finally:
         for cls, name, fn in saved:
             setattr(cls, name, fn)
     n = max(count - 1, 1)
-    return {"total_ms": 1e3 * total / n, "backend_ms": 1e3 * acc["backend"] / n,
-            "host_ms": 1e3 * (total - acc["backend"]) / n, "sampler_ms": 1e3 * acc["sampler"] / n}
+    ms = {key: 1e3 * v / n for key, v in acc.items()}
+    total_ms = 1e3 * total / n
+    host = total_ms - ms["wait"]
+    return {"total_ms": total_ms, "wait_ms": ms["wait"], "launch_ms": ms["launch"],
+            "upload_ms": ms["upload"], "python_ms": host - ms["launch"] - ms["upload"],
+            "host_ms": host, "sampler_ms": ms["sampler"],
+            "backend_ms": ms["wait"] + ms["launch"] + ms["upload"]}
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------

@@ -146,9 +146,10 @@ def cmd_bench(args) -> int:
                      f"ratio {m / t if t else 0:.2f}x")
         print(line)
     if host:
-        print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = backend calls "
-              f"{host['backend_ms']:.2f} ms + host (Python) {host['host_ms']:.2f} ms, of which "
-              f"sampling {host['sampler_ms']:.3f} ms"
+        print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = waiting for the device "
+              f"{host['wait_ms']:.2f} ms + host {host['host_ms']:.2f} ms (launch "
+              f"{host['launch_ms']:.2f}, uploads {host['upload_ms']:.2f}, Python "
+              f"{host['python_ms']:.2f}, of which sampling {host['sampler_ms']:.3f})"
               + (f"; llama.cpp outside llama_decode {theirs['host_ms']:.2f} ms"
                  if theirs and theirs.get("host_ms") is not None else ""))
     if batched:
