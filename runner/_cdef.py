@@ -345,6 +345,8 @@ typedef struct clm_cann_stats {
     int32_t graph_cached;
     int64_t fused_add_rms_norm;
 
+    int64_t casts_shared;
+
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

@@ -407,6 +407,8 @@ typedef struct clm_cann_stats {
     int32_t graph_cached;       /* captured graphs held in the LRU */
     int64_t fused_add_rms_norm; /* CANN_LLM_FUSION: ADD+RMS_NORM+MUL launched as one aclnnAddRmsNorm
                                  * (counted when issued: eagerly or while capturing, not per replay) */
+    int64_t casts_shared;       /* products that used another product's cast of the same activations
+                                 * (the F16 x of Q/K/V, gate/up; counted when issued, as above) */
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

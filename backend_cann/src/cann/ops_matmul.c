@@ -52,12 +52,38 @@ bool cann_supports_mul_mat(const clm_tensor *op) {
  * of the 4 ggml dims. */
 static aclTensor *acl_4d(const clm_tensor *t) { return cann_acl_tensor(t); }
 
-/* src1 in dtype `type`, contiguous: a pool temporary (cast / copy) unless it already is. */
+/* The dtype a product computes its activations in: F16 for quantized weights (WQBMM's x), F32
+ * for F16 / F32 weights (the pair promotes, so the F32 dst is written directly), BF16 for BF16
+ * weights. */
+static int32_t compute_type(const clm_tensor *w) {
+    return !is_float(w->type) ? CLM_TYPE_F16 : w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type;
+}
+
+bool cann_mul_mat_casts_src1(const clm_tensor *node, int32_t *type) {
+    if (node->op != CLM_OP_MUL_MAT && node->op != CLM_OP_MUL_MAT_ID) return false;
+    const clm_tensor *w = node->src[0], *x = node->src[1];
+    if (w == NULL || x == NULL) return false;
+    if (node->op == CLM_OP_MUL_MAT ? !cann_supports_mul_mat(node) : !cann_supports_mul_mat_id(node)) return false;
+    *type = compute_type(w);
+    bool float_in_place = is_float(w->type) && x->type == *type; /* read through its strides */
+    return !float_in_place && !(x->type == *type && clm_is_contiguous(x));
+}
+
+/* src1 in dtype `type`, contiguous: a pool temporary (cast / copy) unless it already is. The
+ * graph's shared copy (ctx->act, kept by run_nodes for later products of the same source) is
+ * used when it holds x in `type`; when run_nodes asked for this node's copy to be kept, the new
+ * temporary becomes the shared one and the caller gets nothing to free. */
 static clm_status activations_as(cann_backend_ctx *ctx, const clm_tensor *x, int32_t type, cann_temp *tmp,
                                  void **data) {
     tmp->ptr = NULL, tmp->size = 0, tmp->pool = NULL;
     if (x->type == type && clm_is_contiguous(x)) {
         *data = x->data;
+        return CLM_OK;
+    }
+    cann_activation_copy *act = &ctx->act;
+    if (act->copy.ptr != NULL && act->src == x && act->type == type) {
+        *data = act->copy.ptr;
+        ctx->casts_shared++;
         return CLM_OK;
     }
     size_t es = clm_type_size(type);
@@ -78,7 +104,12 @@ static clm_status activations_as(cann_backend_ctx *ctx, const clm_tensor *x, int
     }
     cann_destroy_tensors(2, src, dst);
     *data = tmp->ptr;
-    if (st != CLM_OK) cann_temp_free(tmp);
+    if (st != CLM_OK) {
+        cann_temp_free(tmp);
+    } else if (act->keep && act->copy.ptr == NULL && act->src == x && act->type == type) {
+        act->copy = *tmp; /* kept for the later products: run_nodes frees it */
+        *tmp = (cann_temp){0};
+    }
     return st;
 }
 
@@ -100,7 +131,7 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
     /* F16 weights take F32 activations: the pair promotes to F32, so out is the F32 dst itself
      * and results beyond F16's 65504 stay finite (F16 x F16 would need an F16 out). BF16 does not
      * promote with F32 on A2: BF16 activations and a BF16 result (BF16's range is F32's). */
-    int32_t ct = w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type; /* activation and out dtype */
+    int32_t ct = compute_type(w); /* activation and out dtype */
     int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
     int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
     size_t wes = clm_type_size(w->type), xes = clm_type_size(x->type);
@@ -291,7 +322,7 @@ static clm_status gather_rows(cann_backend_ctx *ctx, void *src, aclDataType dt, 
 
 static clm_status mul_mat_id_float(cann_backend_ctx *ctx, clm_tensor *dst) {
     const clm_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
-    int32_t ct = w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type; /* as MUL_MAT: activation and out dtype */
+    int32_t ct = compute_type(w); /* as MUL_MAT: activation and out dtype */
     int64_t K = w->ne[0], N = w->ne[1], n_as = w->ne[2], n_ids = ids->ne[0], n_b1 = x->ne[1], T = x->ne[2];
     size_t wes = clm_type_size(w->type), xes = clm_type_size(x->type);
     cann_temp xt = {0}, yt = {0}, gt = {0};
