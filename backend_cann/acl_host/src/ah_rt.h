@@ -98,6 +98,12 @@ aclError ah_stream_resolve(aclrtStream handle, const char *api, struct ah_stream
 aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
                            ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
                            uint64_t *seq);
+/* Queues a task and waits until it has run (an async copy with a pageable host side): the
+ * worker is not woken for it, the caller runs it when the stream is idle. While capturing, the
+ * task is recorded and nothing waits. */
+aclError ah_stream_enqueue_and_wait(struct ah_stream *s, const char *name, ah_task_run_fn run,
+                                    void *arg, ah_task_release_fn release,
+                                    const ah_range *ranges, size_t n_ranges);
 /* Blocks until the stream has finished its first `seq` tasks (runs them in deferred mode). */
 void ah_stream_wait_seq(struct ah_stream *s, uint64_t seq);
 /* Global task numbering for the quarantine: the last number handed out, and the smallest

@@ -380,9 +380,34 @@ aclError ah_stream_resolve(aclrtStream handle, const char *api, struct ah_stream
 
 /* ---- queueing and waiting ------------------------------------------------------------------ */
 
+static aclError enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
+                       ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
+                       uint64_t *seq, bool wake);
+
 aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
                            ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
                            uint64_t *seq)
+{
+    return enqueue(s, name, run, arg, release, ranges, n_ranges, seq, true);
+}
+
+aclError ah_stream_enqueue_and_wait(struct ah_stream *s, const char *name, ah_task_run_fn run,
+                                    void *arg, ah_task_release_fn release,
+                                    const ah_range *ranges, size_t n_ranges)
+{
+    uint64_t seq = 0;
+    aclError rc = enqueue(s, name, run, arg, release, ranges, n_ranges, &seq, false);
+    if (rc == ACL_SUCCESS && seq)
+        ah_stream_wait_seq(s, seq);
+    return rc;
+}
+
+/* Queues the task; `wake`: signal the worker (not when the caller waits for the task at once:
+ * it runs it itself when the stream is idle, and a worker that is running an earlier task takes
+ * the next one without a signal). */
+static aclError enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
+                       ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
+                       uint64_t *seq, bool wake)
 {
     ah_task *t = malloc(sizeof *t + n_ranges * sizeof(ah_range));
     if (!t) {
@@ -427,7 +452,7 @@ aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn
     s->n_submitted++;
     if (seq)
         *seq = s->n_submitted;
-    if (s->has_worker)
+    if (s->has_worker && wake)
         pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mutex);
     return ACL_SUCCESS;
