@@ -145,8 +145,9 @@ def first_token_ms(model, seed=2) -> float:
 
 
 def host_time_per_token(model, n_gen=32, seed=1):
-    """Where a decode token's time goes, per token over a greedy run of n_gen tokens (wrapped
-    methods on a separate run, so the tokens/s figures are not affected):
+    """Where a decode token's time goes, over a greedy run of n_gen tokens (wrapped methods on a
+    separate run, so the tokens/s figures are not affected); each figure is the median over the
+    tokens (robust to the odd token on which another process took the CPU), in ms:
       wait_ms    blocked until the device is done (synchronize, and the logits download, which
                  waits for the graph): the kernels, or on an NPU the device;
       launch_ms  inside graph_compute (queueing the graph or its replay: dispatch);
@@ -159,7 +160,8 @@ def host_time_per_token(model, n_gen=32, seed=1):
 
     from . import backend as be
     from . import sampler as sampler_mod
-    acc = {"wait": 0.0, "launch": 0.0, "upload": 0.0, "sampler": 0.0}
+    keys = ("wait", "launch", "upload", "sampler")
+    acc = dict.fromkeys(keys, 0.0)
     saved = []
 
     def wrap(cls, name, key):
@@ -184,27 +186,30 @@ def host_time_per_token(model, n_gen=32, seed=1):
     rng = random.Random(seed)
     eog = set(getattr(model.tokenizer, "eog_ids", ()) or ())
     greedy = dict(temperature=0.0, logit_bias={t: float("-inf") for t in eog})
+    rows = []                                  # per token: total, then the keys' times (s)
     try:
-        count, t_first = 0, None
+        t_last = None
         for _ in model.generate(_random_ids(rng, model.hparams.n_vocab, 1, eog),
                                 max_tokens=n_gen + 1, **greedy):
-            count += 1
-            if t_first is None:
-                t_first = time.perf_counter()
-                for key in acc:
-                    acc[key] = 0.0
-        total = time.perf_counter() - t_first
+            t = time.perf_counter()
+            if t_last is not None:
+                rows.append((t - t_last, *(acc[k] for k in keys)))
+            t_last = t
+            for key in keys:
+                acc[key] = 0.0
     finally:
         for cls, name, fn in saved:
             setattr(cls, name, fn)
-    n = max(count - 1, 1)
-    ms = {key: 1e3 * v / n for key, v in acc.items()}
-    total_ms = 1e3 * total / n
-    host = total_ms - ms["wait"]
-    return {"total_ms": total_ms, "wait_ms": ms["wait"], "launch_ms": ms["launch"],
-            "upload_ms": ms["upload"], "python_ms": host - ms["launch"] - ms["upload"],
-            "host_ms": host, "sampler_ms": ms["sampler"],
-            "backend_ms": ms["wait"] + ms["launch"] + ms["upload"]}
+    if not rows:
+        rows = [(0.0,) * (len(keys) + 1)]
+
+    def median(f):
+        return 1e3 * statistics.median(f(*r) for r in rows)
+    return {"total_ms": median(lambda t, w, l, u, s: t), "wait_ms": median(lambda t, w, l, u, s: w),
+            "launch_ms": median(lambda t, w, l, u, s: l), "upload_ms": median(lambda t, w, l, u, s: u),
+            "python_ms": median(lambda t, w, l, u, s: t - w - l - u),
+            "host_ms": median(lambda t, w, l, u, s: t - w), "sampler_ms": median(lambda t, w, l, u, s: s),
+            "backend_ms": median(lambda t, w, l, u, s: w + l + u)}
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------

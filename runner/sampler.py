@@ -221,10 +221,37 @@ class Sampler:
             raise ValueError("logits hold NaN or +inf values: refusing to sample a token from them")
         if self.matcher is not None:
             logits = self.matcher.mask(logits)
-        token = self._pick(self.apply_penalties(logits, history))
+        token = self._greedy_biased(logits, history)
+        if token is None:
+            token = self._pick(self.apply_penalties(logits, history))
         if self.matcher is not None:
             self.matcher.accept(token)
         return token
+
+    def _greedy_biased(self, logits: np.ndarray, history) -> int | None:
+        """Greedy decoding's pick without copying the vocabulary for the logit bias (a decode
+        step's common case: end-of-generation tokens banned): the argmax of the unbiased logits
+        against the best biased token, ties to the lower id, as argmax over the biased copy
+        would choose. None when this does not apply (sampling, penalties, or the argmax is a
+        biased token itself)."""
+        if not self.greedy or not self._bias_ids.size or (self._penalize and len(history)):
+            return None
+        best = int(np.argmax(logits))
+        if best in self.logit_bias:
+            return None
+        ok = self._bias_ids < logits.shape[0]
+        ids = self._bias_ids[ok]
+        vals = logits[ids] + self._bias_vals[ok]
+        value = logits[best]
+        if vals.size:
+            top = vals.max()
+            if top >= value:
+                first = int(ids[vals == top].min())
+                if top > value or first < best:
+                    best, value = first, top
+        if value == -np.inf:
+            raise ValueError(self._all_banned())
+        return best
 
     def _pick(self, logits: np.ndarray) -> int:
         if self.greedy:

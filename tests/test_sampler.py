@@ -159,3 +159,23 @@ def test_top_k_ids_equal_a_full_partition(values, k):
     above = np.flatnonzero(logits > kth)
     expect = np.sort(np.concatenate((above, np.flatnonzero(logits == kth)[: k - above.size])))
     assert np.array_equal(Sampler._top_ids(logits, k), expect)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([-np.inf, -3.0, 0.0, 0.5, 2.0, 7.25]), min_size=1, max_size=40),
+       st.dictionaries(st.integers(0, 45), st.sampled_from([-np.inf, -2.5, -0.5, 0.0, 0.5, 1.75, 5.0]),
+                       max_size=8))
+def test_greedy_with_a_logit_bias_is_the_argmax_of_the_biased_logits(values, bias):
+    """Greedy decoding skips the biased copy of the vocabulary; its pick (ties to the lowest
+    id, ids beyond the vocabulary ignored) is the first argmax of the biased copy."""
+    logits = np.array(values, dtype=np.float32)
+    s = Sampler(temperature=0, logit_bias=bias)
+    # a biased token tying with the unbiased maximum wins when its id is lower
+    assert Sampler(temperature=0, logit_bias={0: 0.5}).sample(_logits(0.0, 0.5)) == 0
+    assert Sampler(temperature=0, logit_bias={1: 0.5}).sample(_logits(0.5, 0.0)) == 0
+    biased = s.apply_penalties(logits, ())
+    if np.max(biased) == -np.inf:
+        with pytest.raises(ValueError, match="banned"):
+            s.sample(logits)
+    else:
+        assert s.sample(logits) == int(np.argmax(biased))
