@@ -272,6 +272,21 @@ class GGUFFile:
             self._sha256 = h.hexdigest()
         return self._sha256
 
+    def release_pages(self, info: TensorInfo) -> None:
+        """Drop this process's mapping of a tensor's pages (the file's cache keeps them; reading
+        them again maps them again): once a tensor is on its device, its bytes in the map would
+        otherwise count in the process's resident memory beside the device copy."""
+        if self._mmap is None or self._mmap.closed:
+            return
+        page = mmap.PAGESIZE
+        start = info.offset // page * page
+        end = min(self.file_size, -(-(info.offset + info.nbytes) // page) * page)
+        if end > start:
+            try:
+                self._mmap.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (AttributeError, OSError, ValueError):   # no madvise here: keep the pages
+                pass
+
     def close(self) -> None:
         """Drop the map; TensorInfo.data views taken earlier keep it alive until released."""
         self._map = None

@@ -219,7 +219,8 @@ class Model:
 
         try:
             self.weights = load_weights(self.gguf, buffer_type_for, convert=convert,
-                                        log=self._log, check=check_weights)
+                                        log=self._log, check=check_weights,
+                                        threads=_pool_threads or n_threads)
         except BaseException as exc:
             self.sched.close()
             if isinstance(exc, be.CannError) and exc.status == be.Status.ERR_OUT_OF_MEMORY:
