@@ -81,7 +81,8 @@ def cmd_bench(args) -> int:
     if not args.ctx_size:
         args.ctx_size = max(args.n_prompt + args.n_gen + 16, 1024)
     label, size, params = _model_facts(path)
-    from .. import engine, model as _model  # noqa: F401  (imported before the clock, as llama_cpp is)
+    from .. import chat_template, engine, model, tokenizer, weights  # noqa: F401  (before the
+    # clock, as the llama.cpp side imports llama_cpp first)
     t_open = time.perf_counter()
     model = load_model(args, path)
     from .. import backend
