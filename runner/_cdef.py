@@ -156,6 +156,9 @@ const char *clm_op_desc(const clm_tensor *tensor);
 bool clm_convert_supported(int32_t src_type, int32_t dst_type);
 clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void *dst,
                        int64_t n_elements);
+
+clm_status clm_gguf_string_spans(const void *data, size_t size, size_t offset, uint64_t count,
+                                 uint64_t *spans, size_t *end);
 clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
 

@@ -162,13 +162,12 @@ class _Header:
             self.off += dt.itemsize * n
             return arr.astype(bool) if etype == GGUFValueType.BOOL else arr
         if etype == GGUFValueType.STRING and n > _SMALL_ARRAY:
-            unpack_q, mm, off = struct.Struct("<Q").unpack_from, self.mm, self.off
-            for _ in range(n):
-                off += 8 + unpack_q(mm, off)[0]
-            if off > self.end:
+            from .backend import gguf_string_spans
+            try:
+                self.off, _ = gguf_string_spans(self.mm, self.off, n, spans=False)
+            except ValueError:
                 raise GGUFError(f"{self.path}: key {key!r} runs past the end of the file "
-                                "(truncated?)")
-            self.off = off
+                                "(truncated?)") from None
             return SkippedArray(n)
         return [self.value(etype, key) for _ in range(n)]
 
