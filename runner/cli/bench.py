@@ -93,6 +93,7 @@ def cmd_bench(args) -> int:
         first_ms = first_token_ms(model)
         ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
         host = host_time_per_token(model, min(args.n_gen, 32)) if args.n_gen else None
+        rss = peak_rss_mib()        # the llama.cpp side's workload: load, pp and tg
         batched = None
         if args.batched > 1 and args.n_gen:
             n = min(args.n_gen, 64)
@@ -101,7 +102,6 @@ def cmd_bench(args) -> int:
     finally:
         if hasattr(model, "close"):
             model.close()
-    rss = peak_rss_mib()
     backend_name = f"CANN ({runtime})" if args.device.upper().startswith("CANN") else "CPU ref"
     rows = []
     for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
@@ -133,7 +133,7 @@ def cmd_bench(args) -> int:
         line += (f", llama.cpp {t:.0f} ms (load {theirs['load_ms']:.0f} + first token "
                  f"{theirs['first_token_ms']:.0f}), ratio {(load_ms + first_ms) / t:.2f}x")
     print(line)
-    line = f"peak RSS: cann-llm {rss:.0f} MiB"
+    line = f"peak RSS (load, pp, tg): cann-llm {rss:.0f} MiB"
     if theirs and "peak_rss_mib" in theirs:
         line += f", llama.cpp {theirs['peak_rss_mib']:.0f} MiB, ratio {rss / theirs['peak_rss_mib']:.2f}x"
     print(line)
