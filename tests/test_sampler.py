@@ -145,6 +145,17 @@ def test_bad_logits_shape():
         Sampler().sample(np.zeros((2, 3), np.float32))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("kwargs", [dict(temperature=0), dict(temperature=0, logit_bias={1: -5.0}),
+                                    dict(temperature=0.8, seed=1)])
+def test_nan_or_plus_inf_logits_are_refused_wherever_they_are(bad, kwargs):
+    for at in (0, 2, 4):
+        logits = _logits(1.0, 3.0, 2.0, -1.0, 0.5)
+        logits[at] = bad
+        with pytest.raises(ValueError, match="NaN or \\+inf"):
+            Sampler(**kwargs).sample(logits)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([-np.inf, -40.0, -9.5, -3.0, -1.0, 0.0, 0.5, 2.0, 7.25]) |
                 st.floats(-50, 50, width=32), min_size=1, max_size=300),
