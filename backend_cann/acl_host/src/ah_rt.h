@@ -18,6 +18,8 @@ void ah_error_take(char *buf, size_t size);
 
 /* ---- runtime.c: configuration read at aclInit ---- */
 bool ah_rt_deferred(void);
+/* CANN_LLM_HOST_HUGEPAGES (default on): huge-page policies become transparent-huge-page advice. */
+bool ah_rt_hugepages(void);
 size_t ah_rt_device_capacity(void);
 /* True if peer access was enabled from a to b or from b to a. */
 bool ah_rt_peer_enabled(int a, int b);

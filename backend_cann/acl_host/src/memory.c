@@ -135,7 +135,7 @@ static void *raw_alloc(size_t span, bool *mapped, bool huge)
                        -1, 0);
         *mapped = true;
 #ifdef MADV_HUGEPAGE
-        if (p != MAP_FAILED && huge && span >= AH_HUGE_PAGE)
+        if (p != MAP_FAILED && huge && span >= AH_HUGE_PAGE && ah_rt_hugepages())
             madvise(p, span, MADV_HUGEPAGE); /* advice only: without THP nothing changes */
 #endif
         return p == MAP_FAILED ? NULL : p;
