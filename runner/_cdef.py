@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 3
+CLM_ABI_VERSION = 4
 
 CDEF = r"""
-#define CLM_ABI_VERSION 3
+#define CLM_ABI_VERSION 4
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -158,6 +158,9 @@ const char *clm_op_desc(const clm_tensor *tensor);
 bool clm_convert_supported(int32_t src_type, int32_t dst_type);
 clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void *dst,
                        int64_t n_elements);
+
+clm_status clm_gguf_string_spans(const void *data, size_t size, size_t offset, uint64_t count,
+                                 uint64_t *spans, size_t *end);
 clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
 
@@ -353,6 +356,8 @@ typedef struct clm_cann_stats {
 
     int64_t mul_mat_id_routed;
     int64_t mul_mat_id_gathered;
+    int64_t casts_shared;
+
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

@@ -99,6 +99,23 @@ def convert_supported(src_type: int, dst_type: int) -> bool:
     return bool(lib.clm_convert_supported(int(src_type), int(dst_type)))
 
 
+def gguf_string_spans(buf, offset: int, count: int, spans: bool = True):
+    """A GGUF string array of `count` strings at buf[offset:] (a bytes-like object, e.g. an
+    mmap): (end offset, uint64 array [count, 2] of each string's (start, length), or None with
+    spans=False). ValueError when it runs past the end of buf."""
+    view = np.frombuffer(buf, dtype=np.uint8)
+    out = np.empty((count, 2), dtype=np.uint64) if spans else None
+    end = ffi.new("size_t *")
+    status = lib.clm_gguf_string_spans(ffi.from_buffer(view), view.nbytes, int(offset), int(count),
+                                       ffi.from_buffer("uint64_t[]", out) if spans and count
+                                       else ffi.NULL, end)
+    if status != lib.CLM_OK:
+        message = _text(lib.clm_last_error())
+        lib.clm_clear_error()
+        raise ValueError(message)
+    return int(end[0]), out
+
+
 def convert(src_type: int, src, dst_type: int, dst=None, n_elements: int | None = None) -> np.ndarray:
     """Convert n_elements of raw ggml data `src` (buffer of src_type bytes) to dst_type bytes, in
     C; `dst` (a writable uint8 buffer) is filled or a new uint8 array returned."""

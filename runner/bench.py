@@ -20,8 +20,22 @@ import subprocess
 import sys
 import time
 
-__all__ = ["bench_ours", "host_time_per_token", "bench_llamacpp", "llamacpp_python", "format_rows",
-           "mean_std"]
+__all__ = ["bench_ours", "bench_batched", "host_time_per_token", "first_token_ms", "peak_rss_mib", "bench_llamacpp",
+           "llamacpp_python", "format_rows", "mean_std"]
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set in MiB: VmHWM of /proc/self/status (getrusage's ru_maxrss
+    would carry the parent's peak over fork + exec into the llama.cpp worker)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def mean_std(values):
@@ -87,17 +101,67 @@ def bench_ours(model, n_prompt=512, n_gen=128, reps=5, seed=0, warmup=True, log=
     return results
 
 
+def bench_batched(model, n_seq=8, n_gen=64, reps=3, seed=3):
+    """Aggregate decode tokens/s through the engine: n_seq sequences (one random prompt token
+    each, greedy, end-of-generation banned) step together for n_gen tokens; the clock runs from
+    the step after the prompts are in the cache to the last token. Returns the tokens/s per
+    repetition."""
+    import random
+
+    from .engine import Engine
+    from .sampling_params import SamplingParams
+    rng = random.Random(seed)
+    eog = set(getattr(model.tokenizer, "eog_ids", ()) or ())
+    params = SamplingParams(temperature=0.0, logit_bias={t: float("-inf") for t in eog})
+    out = []
+    for rep in range(reps + 1):               # the first run warms up (graphs, captures)
+        engine = Engine(model)
+        seqs = [engine.add(_random_ids(rng, model.hparams.n_vocab, 1, eog), params,
+                           max_tokens=n_gen + 1) for _ in range(n_seq)]
+        while any(s.next_token is None and not s.finished for s in seqs):
+            engine.step()                     # prefill: every sequence gets its first token
+        count, t0 = 0, time.perf_counter()
+        while not all(s.finished for s in seqs):
+            count += sum(tok is not None for _, tok in engine.step())
+        dt = time.perf_counter() - t0
+        for s in seqs:
+            engine.release(s)
+        if rep:
+            out.append(count / dt if dt > 0 else 0.0)
+    return out
+
+
+def first_token_ms(model, seed=2) -> float:
+    """Milliseconds to the first generated token of a one-token prompt (greedy): with the load
+    time before it, a model's "open to first token"."""
+    import random
+    rng = random.Random(seed)
+    eog = set(getattr(model.tokenizer, "eog_ids", ()) or ())
+    t0 = time.perf_counter()
+    for _ in model.generate(_random_ids(rng, model.hparams.n_vocab, 1, eog), max_tokens=1,
+                            temperature=0.0):
+        break
+    return 1e3 * (time.perf_counter() - t0)
+
+
 def host_time_per_token(model, n_gen=32, seed=1):
-    """Where a decode token's time goes: {"total_ms", "backend_ms", "host_ms", "sampler_ms"} per
-    token over a greedy run of n_gen tokens. backend_ms is the time inside the backend's calls
-    (graph_compute, synchronize, tensor set/get/copy: the device's work, or waiting for it);
-    host_ms the rest: Python (inputs, scheduling, sampling) on the host thread. Measured with
-    wrapped methods on a separate run, so the tokens/s figures are not affected."""
+    """Where a decode token's time goes, over a greedy run of n_gen tokens (wrapped methods on a
+    separate run, so the tokens/s figures are not affected); each figure is the median over the
+    tokens (robust to the odd token on which another process took the CPU), in ms:
+      wait_ms    blocked until the device is done (synchronize, and the logits download, which
+                 waits for the graph): the kernels, or on an NPU the device;
+      launch_ms  inside graph_compute (queueing the graph or its replay: dispatch);
+      upload_ms  inside the input uploads (set_tensor_async, cpy_tensor_async);
+      python_ms  the rest: Python (inputs, scheduling, sampling; sampler_ms of it sampling);
+      host_ms    everything but wait_ms: the host's cost of a token (on an NPU, the whole cost
+                 of a replayed token when the device is faster);
+      total_ms, and backend_ms = wait + launch + upload (the time inside backend calls)."""
     import random
 
     from . import backend as be
     from . import sampler as sampler_mod
-    acc = {"backend": 0.0, "sampler": 0.0}
+    keys = ("wait", "launch", "upload", "sampler")
+    acc = dict.fromkeys(keys, 0.0)
     saved = []
 
     def wrap(cls, name, key):
@@ -114,28 +178,38 @@ def host_time_per_token(model, n_gen=32, seed=1):
         saved.append((cls, name, fn))
         setattr(cls, name, timed)
 
-    for name in ("graph_compute", "synchronize", "set_tensor_async", "get_tensor_async",
-                 "cpy_tensor_async"):
-        wrap(be.Backend, name, "backend")
+    for name, key in (("graph_compute", "launch"), ("synchronize", "wait"),
+                      ("set_tensor_async", "upload"), ("get_tensor_async", "wait"),
+                      ("cpy_tensor_async", "upload")):
+        wrap(be.Backend, name, key)
     wrap(sampler_mod.Sampler, "sample", "sampler")
     rng = random.Random(seed)
     eog = set(getattr(model.tokenizer, "eog_ids", ()) or ())
     greedy = dict(temperature=0.0, logit_bias={t: float("-inf") for t in eog})
+    rows = []                                  # per token: total, then the keys' times (s)
     try:
-        count, t_first = 0, None
+        t_last = None
         for _ in model.generate(_random_ids(rng, model.hparams.n_vocab, 1, eog),
                                 max_tokens=n_gen + 1, **greedy):
-            count += 1
-            if t_first is None:
-                t_first = time.perf_counter()
-                acc["backend"] = acc["sampler"] = 0.0
-        total = time.perf_counter() - t_first
+            t = time.perf_counter()
+            if t_last is not None:
+                rows.append((t - t_last, *(acc[k] for k in keys)))
+            t_last = t
+            for key in keys:
+                acc[key] = 0.0
     finally:
         for cls, name, fn in saved:
             setattr(cls, name, fn)
-    n = max(count - 1, 1)
-    return {"total_ms": 1e3 * total / n, "backend_ms": 1e3 * acc["backend"] / n,
-            "host_ms": 1e3 * (total - acc["backend"]) / n, "sampler_ms": 1e3 * acc["sampler"] / n}
+    if not rows:
+        rows = [(0.0,) * (len(keys) + 1)]
+
+    def median(f):
+        return 1e3 * statistics.median(f(*r) for r in rows)
+    return {"total_ms": median(lambda t, w, l, u, s: t), "wait_ms": median(lambda t, w, l, u, s: w),
+            "launch_ms": median(lambda t, w, l, u, s: l), "upload_ms": median(lambda t, w, l, u, s: u),
+            "python_ms": median(lambda t, w, l, u, s: t - w - l - u),
+            "host_ms": median(lambda t, w, l, u, s: t - w), "sampler_ms": median(lambda t, w, l, u, s: s),
+            "backend_ms": median(lambda t, w, l, u, s: w + l + u)}
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------
@@ -145,6 +219,7 @@ def _llamacpp_worker(cfg: dict) -> dict:
     import random
 
     import llama_cpp
+    t_open = time.perf_counter()
     kwargs = dict(model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"],
                   n_ubatch=cfg["n_batch"], n_gpu_layers=0, verbose=False, logits_all=False)
     if cfg.get("threads"):
@@ -170,6 +245,7 @@ def _llamacpp_worker(cfg: dict) -> dict:
         if hasattr(llama_cpp, "llama_vocab_is_eog") else {llm.token_eos()}
     rng = random.Random(cfg["seed"])
     n_prompt, n_gen = cfg["n_prompt"], cfg["n_gen"]
+    load_ms = 1e3 * (time.perf_counter() - t_open)
 
     def argmax_not_eog():
         scores = llm.scores[llm.n_tokens - 1]
@@ -198,11 +274,16 @@ def _llamacpp_worker(cfg: dict) -> dict:
             tok = argmax_not_eog()
         return n, time.perf_counter() - t0
 
+    t0 = time.perf_counter()
+    llm.eval(_random_ids(random.Random(2), n_vocab, 1, eog))
+    argmax_not_eog()
+    first_ms = 1e3 * (time.perf_counter() - t0)
     if n_prompt:
         run_pp(_random_ids(rng, n_vocab, min(n_prompt, 32), eog))
     if n_gen:
         run_tg(4)
     out = {"pp": [], "tg": [], "version": getattr(llama_cpp, "__version__", "?"),
+           "load_ms": load_ms, "first_token_ms": first_ms,
            "use_extra_bufts": (False if extra else None), "n_threads": llm.n_threads if hasattr(
                llm, "n_threads") else cfg.get("threads")}
     for _ in range(cfg["reps"]):
@@ -211,7 +292,45 @@ def _llamacpp_worker(cfg: dict) -> dict:
         if n_gen:
             n, dt = run_tg(n_gen)
             out["tg"].append(n / dt)
+    if n_gen:
+        out["host_ms"] = _llamacpp_host_ms(llm, llama_cpp, rng, n_vocab, eog, min(n_gen, 32))
+    out["peak_rss_mib"] = peak_rss_mib()
     return out
+
+
+def _llamacpp_host_ms(llm, llama_cpp, rng, n_vocab, eog, n):
+    """llama.cpp's host time per decode token, split as ours is: wall time per token minus the
+    time inside llama_decode (graph build, scheduling and compute), over n greedy tokens. What
+    is left is llama-cpp-python's Python (eval bookkeeping, logits copy, argmax)."""
+    decode = llama_cpp.llama_decode
+    inside = [0.0]
+
+    def timed(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return decode(*a, **k)
+        finally:
+            inside[0] += time.perf_counter() - t0
+    import llama_cpp._internals as internals
+    saved = getattr(internals.llama_cpp, "llama_decode", None)
+    internals.llama_cpp.llama_decode = timed
+    try:
+        llm.reset()
+        llm.eval(_random_ids(rng, n_vocab, 1, eog))
+        tok = int(llm.scores[llm.n_tokens - 1].argmax())
+        inside[0] = 0.0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            llm.eval([tok])
+            scores = llm.scores[llm.n_tokens - 1]
+            tok = int(scores.argmax())
+            if tok in eog:
+                tok = int(scores.argsort()[-2])
+        total = time.perf_counter() - t0
+    finally:
+        if saved is not None:
+            internals.llama_cpp.llama_decode = saved
+    return 1e3 * (total - inside[0]) / n
 
 
 def bench_llamacpp(path, n_prompt=512, n_gen=128, reps=5, threads=None, n_ctx=None,

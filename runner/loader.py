@@ -162,13 +162,12 @@ class _Header:
             self.off += dt.itemsize * n
             return arr.astype(bool) if etype == GGUFValueType.BOOL else arr
         if etype == GGUFValueType.STRING and n > _SMALL_ARRAY:
-            unpack_q, mm, off = struct.Struct("<Q").unpack_from, self.mm, self.off
-            for _ in range(n):
-                off += 8 + unpack_q(mm, off)[0]
-            if off > self.end:
+            from .backend import gguf_string_spans
+            try:
+                self.off, _ = gguf_string_spans(self.mm, self.off, n, spans=False)
+            except ValueError:
                 raise GGUFError(f"{self.path}: key {key!r} runs past the end of the file "
-                                "(truncated?)")
-            self.off = off
+                                "(truncated?)") from None
             return SkippedArray(n)
         return [self.value(etype, key) for _ in range(n)]
 
@@ -271,6 +270,21 @@ class GGUFFile:
                 h.update(self._map[off:off + step])
             self._sha256 = h.hexdigest()
         return self._sha256
+
+    def release_pages(self, info: TensorInfo) -> None:
+        """Drop this process's mapping of a tensor's pages (the file's cache keeps them; reading
+        them again maps them again): once a tensor is on its device, its bytes in the map would
+        otherwise count in the process's resident memory beside the device copy."""
+        if self._mmap is None or self._mmap.closed:
+            return
+        page = mmap.PAGESIZE
+        start = info.offset // page * page
+        end = min(self.file_size, -(-(info.offset + info.nbytes) // page) * page)
+        if end > start:
+            try:
+                self._mmap.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (AttributeError, OSError, ValueError):   # no madvise here: keep the pages
+                pass
 
     def close(self) -> None:
         """Drop the map; TensorInfo.data views taken earlier keep it alive until released."""

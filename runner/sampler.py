@@ -216,15 +216,51 @@ class Sampler:
             raise ValueError(f"logits must be a non-empty vector, got shape {logits.shape}")
         if logits.dtype != np.float32:
             logits = logits.astype(np.float32)
-        top = logits.max()                    # one pass: NaN propagates through max
+        # one pass: NaN propagates through max, and argmax stops at the first NaN (greedy
+        # decoding's argmax is that pass)
+        best = int(np.argmax(logits)) if self.greedy else None
+        top = logits[best] if best is not None else logits.max()
         if np.isnan(top) or top == np.inf:
             raise ValueError("logits hold NaN or +inf values: refusing to sample a token from them")
         if self.matcher is not None:
             logits = self.matcher.mask(logits)
-        token = self._pick(self.apply_penalties(logits, history))
+            best = None                       # masked: the argmax may have moved
+        token = self._greedy_biased(logits, history, best)
+        if token is None:
+            token = self._pick(self.apply_penalties(logits, history))
         if self.matcher is not None:
             self.matcher.accept(token)
         return token
+
+    def _greedy_biased(self, logits: np.ndarray, history, best: int | None = None) -> int | None:
+        """Greedy decoding's pick (best: the argmax already taken) without copying the
+        vocabulary for the logit bias (a decode step's common case: end-of-generation tokens
+        banned): the argmax of the unbiased logits against the best biased token, ties to the
+        lower id, as argmax over the biased copy would choose. None when this does not apply
+        (sampling, penalties, or the argmax is a biased token itself)."""
+        if not self.greedy or (self._penalize and len(history)):
+            return None
+        if best is None:
+            best = int(np.argmax(logits))
+        if not self._bias_ids.size:
+            if logits[best] == -np.inf:
+                raise ValueError(self._all_banned())
+            return best
+        if best in self.logit_bias:
+            return None
+        ok = self._bias_ids < logits.shape[0]
+        ids = self._bias_ids[ok]
+        vals = logits[ids] + self._bias_vals[ok]
+        value = logits[best]
+        if vals.size:
+            top = vals.max()
+            if top >= value:
+                first = int(ids[vals == top].min())
+                if top > value or first < best:
+                    best, value = first, top
+        if value == -np.inf:
+            raise ValueError(self._all_banned())
+        return best
 
     def _pick(self, logits: np.ndarray) -> int:
         if self.greedy:

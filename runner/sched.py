@@ -209,8 +209,6 @@ class Plan:
         self._wire()
         self._allocate()
         self._build_split_graphs()
-        self._out_host = {name: np.empty(t.shape, dtype=t.dtype)
-                          for name, t in self.outputs.items()}
 
     # ---- pass 0: what the passes read of each node, read once (each read crosses cffi) ----------
     def _read_nodes(self):
@@ -507,9 +505,8 @@ class Plan:
                 k = self.assign[self.index[t.address]] if t.address in self.index else None
                 if k is None or slots[k].is_cpu:
                     out[name] = mem.read(t).reshape(t.shape).copy()
-                else:
-                    slots[k].backend.get_tensor_async(t, self._out_host[name])
-                    out[name] = self._out_host[name]
+                else:   # into a new array: the caller keeps it (no copy of the logits)
+                    out[name] = slots[k].backend.get_tensor_async(t, np.empty(t.shape, t.dtype))
             for s in slots[:-1]:
                 s.backend.synchronize()
         self._record_nodes(prof, launches)

@@ -31,6 +31,10 @@ import codecs
 import heapq
 import os
 from enum import IntFlag
+from itertools import repeat
+from operator import itemgetter, not_
+
+import numpy as np
 
 from .gguf_vocab import read_metadata
 from .pretokenize import PreTokenizer, bytes_to_unicode, pre_tokenizer
@@ -109,6 +113,25 @@ _WORD_CACHE_MAX = 1 << 16
 _WORD_CACHE_LEN = 64  # longer pre-tokenized words (gemma4 splits at newlines only) are not cached
 
 
+def _merge_pair(m: str) -> tuple[str, str]:
+    pos = m.find(" ", 1)
+    return (m[:pos], m[pos + 1:]) if pos >= 0 else ("", "")
+
+
+def _merge_ranks(merges) -> dict:
+    """(left, right) -> rank of the first merge of that pair ("left right"; the separator is the
+    first space after the first character), as llama.cpp's bpe_ranks. Every line is split at its
+    first space by C-level maps (a 150k-merge vocabulary in tens of ms), then the few that start
+    with a space or have none are redone by _merge_pair."""
+    n = len(merges)
+    pairs = list(map(tuple, map(str.split, merges, repeat(" "), repeat(1))))
+    odd = (np.fromiter(map(len, pairs), dtype=np.int64, count=n) != 2) | \
+        np.fromiter(map(not_, map(itemgetter(0), pairs)), dtype=bool, count=n)
+    for i in np.flatnonzero(odd).tolist():
+        pairs[i] = _merge_pair(merges[i])
+    return dict(zip(reversed(pairs), range(n - 1, -1, -1)))   # the first occurrence wins
+
+
 class Tokenizer:
     """A llama.cpp-compatible tokenizer. Build it with Tokenizer.from_gguf(path)."""
 
@@ -133,12 +156,7 @@ class Tokenizer:
             merges = metadata.get("tokenizer.ggml.merges")
             if merges is None:
                 raise TokenizerError(f"{name}: BPE vocabulary without tokenizer.ggml.merges")
-            ranks = {}
-            for i, m in enumerate(merges):
-                pos = m.find(" ", 1)
-                pair = (m[:pos], m[pos + 1:]) if pos >= 0 else ("", "")
-                ranks.setdefault(pair, i)
-            self._ranks = ranks
+            self._ranks = _merge_ranks(merges)
             bos, eos, unk = (11, 11, None) if model == "gpt2" else (None, None, None)
             add_space_prefix, clean_spaces, add_bos = False, self.pre.clean_spaces, self.pre.add_bos
         else:
@@ -147,20 +165,28 @@ class Tokenizer:
         add_eos = False
         add_space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", add_space_prefix))
 
-        texts = []
-        token_to_id = {}
-        for i, t in enumerate(tokens):
-            if not t:
-                t = f"[EMPTY_{i}]"
-            if t in token_to_id:
-                raise TokenizerError(f"{name}: duplicate token {t!r} (ids {token_to_id[t]} and {i})")
-            token_to_id[t] = i
-            texts.append(t)
+        texts = list(tokens)
+        if "" in texts:
+            texts = [t or f"[EMPTY_{i}]" for i, t in enumerate(texts)]
+        token_to_id = dict(zip(texts, range(n)))
+        if len(token_to_id) != n:
+            seen: dict = {}
+            for i, t in enumerate(texts):
+                if t in seen:
+                    raise TokenizerError(f"{name}: duplicate token {t!r} (ids {seen[t]} and {i})")
+                seen[t] = i
         scores = metadata.get("tokenizer.ggml.scores")
-        self.scores = [float(s) for s in scores] if scores is not None else [0.0] * n
+        self.scores = np.asarray(scores, dtype=np.float64).tolist() if scores is not None \
+            else [0.0] * n
         types = metadata.get("tokenizer.ggml.token_type")
         if types is not None:
-            attrs = [int(_TYPE_TO_ATTR.get(int(t), TokenAttr.UNDEFINED)) for t in types[:n]]
+            lut = np.full(max(_TYPE_TO_ATTR) + 1, int(TokenAttr.UNDEFINED), dtype=np.int64)
+            for t, a in _TYPE_TO_ATTR.items():
+                lut[t] = int(a)
+            codes = np.asarray(types[:n], dtype=np.int64)
+            known = (codes >= 0) & (codes < lut.size)
+            attrs = np.where(known, lut[np.where(known, codes, 0)],
+                             int(TokenAttr.UNDEFINED)).tolist()
         else:
             attrs = [_NORMAL] * n
         self.tokens = texts
@@ -205,7 +231,7 @@ class Tokenizer:
         self.eot_id = self.special_ids["eot"]
         self.eom_id = self.special_ids["eom"]
         # special-token cache: control, user-defined and unknown tokens, longest text first
-        special = [i for i in range(n) if attrs[i] & (_CONTROL | _USER | _UNKNOWN)]
+        special = np.flatnonzero(np.asarray(attrs) & (_CONTROL | _USER | _UNKNOWN)).tolist()
         special.sort(key=lambda i: -len(texts[i].encode("utf-8", _SE)))
         self._special = special
         self._word_cache: dict = {}
@@ -230,8 +256,8 @@ class Tokenizer:
                 if i is not None:
                     ids[kind] = i
                     attrs[i] |= _CONTROL
-        for i, text in enumerate(self.tokens):
-            if attrs[i] & _CONTROL and "unused" in text:
+        for i in np.flatnonzero(np.asarray(attrs) & _CONTROL).tolist():
+            if "unused" in self.tokens[i]:
                 attrs[i] |= _UNUSED
         eog = {ids[k] for k in ("fim_pad", "fim_rep", "fim_sep") if ids[k] is not None}
         for t in _EOG_TEXTS:

@@ -4,8 +4,10 @@ load_weights() creates one backend.Context holding a tensor per GGUF tensor (the
 asks `buffer_type_for(name)` where each one lives (a layer split across devices, or a host buffer
 type for the CPU fallback), allocates one WEIGHTS buffer per buffer type sized by summing
 clm_buft_alloc_size (rounded to the buffer type's alignment; more buffers only past max_size) and
-streams the bytes from the memory map with clm_tensor_set in chunks of whole rows of a few MiB:
-the host never holds a second copy of the model, only one chunk at a time.
+streams the bytes from the memory map with clm_tensor_set in chunks of whole rows of a few MiB,
+a few tensors at a time on loader threads (the C work runs without the GIL), and releases each
+tensor's pages of the map once it is on its device: the host never holds a second copy of the
+model, only the chunks in flight.
 
 Types the device keeps (F32, F16, BF16, Q8_0, Q4_0, Q4_1) are uploaded as they are. Others are
 converted chunk by chunk in C (backend.convert -> clm_convert): Q4_K onto Q4_1 blocks, the
@@ -20,6 +22,7 @@ naming the tensor and the first bad block rather than NaN logits later (check=Fa
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from typing import Callable
@@ -187,11 +190,31 @@ def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: b
     return info.nbytes
 
 
+def _upload_one(gguf: GGUFFile, tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int,
+                check: bool) -> tuple[int, float]:
+    """One tensor's upload (on a loader thread): (bytes read, seconds); its pages of the map are
+    released afterwards. Errors name the file and the tensor."""
+    t1 = time.perf_counter()
+    try:
+        n = _upload(tensor, info, chunk_bytes, check)
+    except GGUFError as exc:
+        raise GGUFError(f"{gguf.path}: {exc}") from None
+    except backend.CannError as exc:
+        raise backend.CannError(exc.status, f"{gguf.path}: tensor {info.name!r}: "
+                                f"{exc.message}") from None
+    finally:
+        gguf.release_pages(info)
+    return n, time.perf_counter() - t1
+
+
 def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.BufferType],
                  convert: int | str | None = None, log=print,
-                 chunk_bytes: int = CHUNK_BYTES, check: bool = True) -> WeightStore:
+                 chunk_bytes: int = CHUNK_BYTES, check: bool = True,
+                 threads: int | None = None) -> WeightStore:
     """Place and upload every tensor of `gguf` (see the module docstring); check: refuse
-    non-finite weights."""
+    non-finite weights. `threads` (default: the cores, at most 8) upload, check and convert
+    tensors side by side (the C work runs without the GIL); a failure is reported for the first
+    failing tensor in file order, as a single thread would."""
     if convert is not None:
         convert = parse_type(convert)
     t0 = time.perf_counter()
@@ -203,20 +226,28 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
         raise
     store = WeightStore(ctx, tensors, buffers, {})
     converted, convert_s, bytes_read = Counter(), 0.0, 0
+    threads = max(1, min(int(threads or os.cpu_count() or 1), 8, len(gguf.tensors) or 1))
+    items = list(gguf.tensors.items())
     try:
-        for name, info in gguf.tensors.items():
-            tensor = tensors[name]
-            t1 = time.perf_counter()
-            try:
-                bytes_read += _upload(tensor, info, chunk_bytes, check)
-            except GGUFError as exc:
-                raise GGUFError(f"{gguf.path}: {exc}") from None
-            except backend.CannError as exc:
-                raise backend.CannError(exc.status, f"{gguf.path}: tensor {name!r}: "
-                                        f"{exc.message}") from None
-            if int(tensor.type) != info.type:
-                converted[(info.type, int(tensor.type))] += 1
-                convert_s += time.perf_counter() - t1
+        if threads == 1:
+            outcome = [((name, info), _upload_one(gguf, tensors[name], info, chunk_bytes, check))
+                       for name, info in items]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(threads, thread_name_prefix="cann-llm-load") as pool:
+                futures = [pool.submit(_upload_one, gguf, tensors[name], info, chunk_bytes, check)
+                           for name, info in items]
+                try:
+                    outcome = [(item, f.result()) for item, f in zip(items, futures)]
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+        for (name, info), (n, seconds) in outcome:
+            bytes_read += n
+            if int(tensors[name].type) != info.type:
+                converted[(info.type, int(tensors[name].type))] += 1
+                convert_s += seconds
     except BaseException:
         store.close()
         raise

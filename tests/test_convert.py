@@ -61,7 +61,22 @@ def test_q4_k_to_q4_1_sub_blocks(B):
     assert np.abs(got - ref).max() < np.abs(generic - ref).max()
 
 
-@pytest.mark.parametrize("src", [QT.Q6_K, QT.Q5_K, QT.Q5_0, QT.Q5_1, QT.Q3_K, QT.Q2_K])
+def test_q5_0_to_q8_0_is_exact(B):
+    """Q5_0's quants minus 16 fit Q8_0's int8 with the same fp16 scale: the same values, where
+    requantizing the dequantized values would round them to a new scale."""
+    rng = np.random.default_rng(5)
+    n = 32 * 512
+    raw = random_blocks(QT.Q5_0, n, rng)
+    q8 = B.convert(QT.Q5_0, raw, QT.Q8_0)
+    assert q8.nbytes == n // 32 * 34
+    ref = quants.dequantize(raw, QT.Q5_0).reshape(-1)
+    assert np.array_equal(quants.dequantize(q8, QT.Q8_0).reshape(-1), ref)
+    assert np.array_equal(q8.reshape(-1, 34)[:, :2], raw.reshape(-1, 22)[:, :2])   # the scales
+    requantized = quants.dequantize(quants.quantize(ref, QT.Q8_0), QT.Q8_0).reshape(-1)
+    assert not np.array_equal(requantized, ref)
+
+
+@pytest.mark.parametrize("src", [QT.Q6_K, QT.Q5_K, QT.Q5_1, QT.Q3_K, QT.Q2_K])
 def test_to_q8_0_within_one_step(B, src):
     rng = np.random.default_rng(int(src) + 100)
     n = 256 * 16

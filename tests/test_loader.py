@@ -139,6 +139,29 @@ def test_truncated(loader, tmp_path):
     assert str(cut) in msg and ("truncated" in msg or "corrupt" in msg)
 
 
+def test_string_array_scan_and_a_vocabulary_cut_short(loader, tmp_path):
+    """The C scan of a GGUF string array finds each string and the end, and refuses an array
+    that runs past the data; a file cut inside its (skipped) token list is named truncated."""
+    import struct
+
+    from cann_llm.backend import gguf_string_spans
+    words = [b"a", b"", b"\xc4\xa0bc", b"x" * 300]
+    blob = b"pad" + b"".join(struct.pack("<Q", len(w)) + w for w in words)
+    end, spans = gguf_string_spans(blob, 3, len(words))
+    assert end == len(blob)
+    assert [blob[a:a + n] for a, n in spans.tolist()] == words
+    assert gguf_string_spans(blob, 3, 2, spans=False) == (3 + 8 + 1 + 8, None)
+    with pytest.raises(ValueError, match="runs past the end"):
+        gguf_string_spans(blob[:-1], 3, len(words))
+    path = write_tiny_model(tmp_path / "m.gguf", n_vocab=3000)   # over the skip threshold
+    data = path.read_bytes()
+    at = data.index(b"tok2500")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:at])
+    msg = _error(loader, cut)
+    assert "tokenizer.ggml.tokens" in msg and "truncated" in msg
+
+
 def test_corrupt_header(loader, tmp_path):
     path = write_tiny_model(tmp_path / "m.gguf")
     data = bytearray(path.read_bytes())

@@ -221,3 +221,13 @@ def test_large_vocabulary_logits_for_every_row(tmp_path, wtype):
         rows = dev.decode(batch)
         for s, tok in enumerate([5, 6, 7]):
             np.testing.assert_array_equal(rows[s], dev.logits([tok])[0])   # batch-invariant
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_logit_anywhere_names_its_row(bad):
+    from cann_llm.model import NonFiniteLogitsError, _check_logits
+    logits = np.zeros((3, 50), np.float32)
+    _check_logits(logits, np.array([4, 5, 6]), np.array([0, 1, 2]), "m.gguf")
+    logits[1, 37] = bad
+    with pytest.raises(NonFiniteLogitsError, match=r"position 5 \(sequence 1\) hold 1 NaN/inf"):
+        _check_logits(logits, np.array([4, 5, 6]), np.array([0, 1, 2]), "m.gguf")

@@ -145,6 +145,17 @@ def test_bad_logits_shape():
         Sampler().sample(np.zeros((2, 3), np.float32))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("kwargs", [dict(temperature=0), dict(temperature=0, logit_bias={1: -5.0}),
+                                    dict(temperature=0.8, seed=1)])
+def test_nan_or_plus_inf_logits_are_refused_wherever_they_are(bad, kwargs):
+    for at in (0, 2, 4):
+        logits = _logits(1.0, 3.0, 2.0, -1.0, 0.5)
+        logits[at] = bad
+        with pytest.raises(ValueError, match="NaN or \\+inf"):
+            Sampler(**kwargs).sample(logits)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([-np.inf, -40.0, -9.5, -3.0, -1.0, 0.0, 0.5, 2.0, 7.25]) |
                 st.floats(-50, 50, width=32), min_size=1, max_size=300),
@@ -159,3 +170,23 @@ def test_top_k_ids_equal_a_full_partition(values, k):
     above = np.flatnonzero(logits > kth)
     expect = np.sort(np.concatenate((above, np.flatnonzero(logits == kth)[: k - above.size])))
     assert np.array_equal(Sampler._top_ids(logits, k), expect)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([-np.inf, -3.0, 0.0, 0.5, 2.0, 7.25]), min_size=1, max_size=40),
+       st.dictionaries(st.integers(0, 45), st.sampled_from([-np.inf, -2.5, -0.5, 0.0, 0.5, 1.75, 5.0]),
+                       max_size=8))
+def test_greedy_with_a_logit_bias_is_the_argmax_of_the_biased_logits(values, bias):
+    """Greedy decoding skips the biased copy of the vocabulary; its pick (ties to the lowest
+    id, ids beyond the vocabulary ignored) is the first argmax of the biased copy."""
+    logits = np.array(values, dtype=np.float32)
+    s = Sampler(temperature=0, logit_bias=bias)
+    # a biased token tying with the unbiased maximum wins when its id is lower
+    assert Sampler(temperature=0, logit_bias={0: 0.5}).sample(_logits(0.0, 0.5)) == 0
+    assert Sampler(temperature=0, logit_bias={1: 0.5}).sample(_logits(0.5, 0.0)) == 0
+    biased = s.apply_penalties(logits, ())
+    if np.max(biased) == -np.inf:
+        with pytest.raises(ValueError, match="banned"):
+            s.sample(logits)
+    else:
+        assert s.sample(logits) == int(np.argmax(biased))

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 3
+#define CLM_ABI_VERSION 4
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -176,10 +176,16 @@ const char *clm_op_desc(const clm_tensor *tensor);  /* op name, or the unary/glu
 /* ---- host type conversion (src/core/convert.c): ggml block formats, n_elements a whole number
  * of blocks of both types. Dequantizers for F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1 and the
  * K-quants Q2_K..Q8_K; quantizers (ggml's reference rounding) to F32/F16/BF16/Q8_0/Q4_0/Q4_1.
- * Q4_K -> Q4_1 maps each 32-element sub-block onto one Q4_1 block (no requantization). */
+ * Q4_K -> Q4_1 maps each 32-element sub-block onto one Q4_1 block (no requantization), and
+ * Q5_0 -> Q8_0 keeps the values exactly. */
 bool clm_convert_supported(int32_t src_type, int32_t dst_type);
 clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void *dst,
                        int64_t n_elements);
+/* A GGUF string array (u64 length + bytes each) of `count` strings at data[offset..]: *end gets
+ * the offset just past it, and spans (2 * count values, or NULL) each string's (start, length).
+ * CLM_ERR_INVALID_ARG when it runs past data[size]. */
+clm_status clm_gguf_string_spans(const void *data, size_t size, size_t offset, uint64_t count,
+                                 uint64_t *spans, size_t *end);
 clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
 /* The first non-finite value of ggml-format data (src/core/finite.c): *first_bad is the element
@@ -421,6 +427,8 @@ typedef struct clm_cann_stats {
                                  * (counted when issued: eagerly or while capturing, not per replay) */
     int64_t mul_mat_id_routed;  /* MUL_MAT_IDs issued as a routed grouped product (CANN_LLM_MUL_MAT_ID) */
     int64_t mul_mat_id_gathered; /* ... and as per-token gathers; counted as fused_add_rms_norm */
+    int64_t casts_shared;       /* products that used another product's cast of the same activations
+                                 * (the F16 x of Q/K/V, gate/up; counted when issued, as above) */
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

@@ -56,6 +56,9 @@ def add_bench_arguments(p):
                    help="generated tokens of the tg test (0: skip; default 128)")
     p.add_argument("-r", "--repetitions", type=int, default=5, metavar="N",
                    help="repetitions of each test (default 5)")
+    p.add_argument("--batched", type=int, default=8, metavar="N",
+                   help="also measure batched decode through the engine: N sequences stepping "
+                        "together against one, aggregate tokens/s (0: skip; default 8)")
     p.add_argument("--llamacpp", default="auto", metavar="auto|off|PYTHON",
                    help="also measure llama.cpp (llama-cpp-python) on the same file: auto (when "
                         "this Python can import llama_cpp), off, or a Python that can")
@@ -64,10 +67,12 @@ def add_bench_arguments(p):
 
 
 def cmd_bench(args) -> int:
-    from ..bench import bench_llamacpp, bench_ours, format_rows, host_time_per_token, \
-        llamacpp_python, mean_std
+    import time
+
+    from ..bench import bench_batched, bench_llamacpp, bench_ours, first_token_ms, format_rows, \
+        host_time_per_token, llamacpp_python, mean_std, peak_rss_mib
     for flag, v, lo in (("-p", args.n_prompt, 0), ("-n", args.n_gen, 0),
-                        ("-r", args.repetitions, 1)):
+                        ("-r", args.repetitions, 1), ("--batched", args.batched, 0)):
         if v < lo:
             raise RunError(f"{flag} must be >= {lo}, got {v}")
     if not args.n_prompt and not args.n_gen:
@@ -76,16 +81,26 @@ def cmd_bench(args) -> int:
     if not args.ctx_size:
         args.ctx_size = max(args.n_prompt + args.n_gen + 16, 1024)
     label, size, params = _model_facts(path)
+    from .. import chat_template, engine, model, tokenizer, weights  # noqa: F401  (before the
+    # clock, as the llama.cpp side imports llama_cpp first)
+    t_open = time.perf_counter()
     model = load_model(args, path)
     from .. import backend
     runtime = backend.runtime_name()
     threads = args.threads or os.environ.get("CANN_LLM_THREADS") or os.cpu_count()
     try:
+        load_ms = 1e3 * (time.perf_counter() - t_open)
+        first_ms = first_token_ms(model)
         ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
-        load_ms = model.timings().get("load_ms")
         # the driver of tensor-parallel ranks makes no backend calls of its own
         host = host_time_per_token(model, min(args.n_gen, 32)) \
             if args.n_gen and args.tensor_parallel == 1 else None
+        rss = peak_rss_mib()        # the llama.cpp side's workload: load, pp and tg
+        batched = None
+        if args.batched > 1 and args.n_gen:
+            n = min(args.n_gen, 64)
+            batched = (bench_batched(model, 1, n, args.repetitions),
+                       bench_batched(model, args.batched, n, args.repetitions))
     finally:
         if hasattr(model, "close"):
             model.close()
@@ -114,8 +129,18 @@ def cmd_bench(args) -> int:
     elif args.llamacpp not in ("auto", "off"):
         raise RunError(f"--llamacpp {args.llamacpp}: not a Python that can import llama_cpp")
     print(format_rows(rows))
-    print(f"\ndevice {args.device.upper()}, runtime {runtime}"
-          + (f", load {load_ms:.0f} ms" if load_ms else ""))
+    print(f"\ndevice {args.device.upper()}, runtime {runtime}")
+    line = (f"open to first token: cann-llm {load_ms + first_ms:.0f} ms (load {load_ms:.0f} + "
+            f"first token {first_ms:.0f})")
+    if theirs and "load_ms" in theirs:
+        t = theirs["load_ms"] + theirs["first_token_ms"]
+        line += (f", llama.cpp {t:.0f} ms (load {theirs['load_ms']:.0f} + first token "
+                 f"{theirs['first_token_ms']:.0f}), ratio {(load_ms + first_ms) / t:.2f}x")
+    print(line)
+    line = f"peak RSS (load, pp, tg): cann-llm {rss:.0f} MiB"
+    if theirs and "peak_rss_mib" in theirs:
+        line += f", llama.cpp {theirs['peak_rss_mib']:.0f} MiB, ratio {rss / theirs['peak_rss_mib']:.2f}x"
+    print(line)
     for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
         if not n:
             continue
@@ -127,9 +152,20 @@ def cmd_bench(args) -> int:
                      f"ratio {m / t if t else 0:.2f}x")
         print(line)
     if host:
-        print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = backend calls "
-              f"{host['backend_ms']:.2f} ms + host (Python) {host['host_ms']:.2f} ms, of which "
-              f"sampling {host['sampler_ms']:.3f} ms")
+        print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = waiting for the device "
+              f"{host['wait_ms']:.2f} ms + host {host['host_ms']:.2f} ms (launch "
+              f"{host['launch_ms']:.2f}, uploads {host['upload_ms']:.2f}, Python "
+              f"{host['python_ms']:.2f}, of which sampling {host['sampler_ms']:.3f})"
+              + (f"; llama.cpp outside llama_decode {theirs['host_ms']:.2f} ms"
+                 if theirs and theirs.get("host_ms") is not None else ""))
+    if batched:
+        one, many = (mean_std(b)[0] for b in batched)
+        line = (f"batched decode (engine, {min(args.n_gen, 64)} tokens each): {args.batched} "
+                f"sequences {many:.2f} t/s, 1 sequence {one:.2f} t/s, ratio {many / one if one else 0:.2f}x")
+        if args.n_prompt:
+            pp = mean_std(ours["pp"])[0]
+            line += f" ({100 * many / pp if pp else 0:.0f}% of pp{args.n_prompt})"
+        print(line)
     from .. import profiler
     prof = profiler.active()
     if prof is not None:

@@ -347,6 +347,56 @@ static void test_deferred(void)
     CHECK(aclrtFree(a) == ACL_SUCCESS);
 }
 
+/* The THPeligible flag of the mapping holding p (-1: not found), from /proc/self/smaps. */
+static int thp_eligible(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int found = 0, eligible = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            found = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (found && sscanf(line, "THPeligible: %d", &eligible) == 1)
+            break;
+    }
+    fclose(f);
+    return eligible;
+}
+
+/* HUGE_FIRST asks for huge pages: a large block is advised for transparent huge pages, unless
+ * CANN_LLM_HOST_HUGEPAGES=0; NORMAL_ONLY never is. Observable when THP is in madvise mode. */
+static void test_huge_page_advice(void)
+{
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f))
+            mode[0] = '\0';
+        fclose(f);
+    }
+    bool madvise_mode = strstr(mode, "[madvise]") != NULL;
+    for (int on = 1; on >= 0; on--) {
+        setenv("CANN_LLM_HOST_HUGEPAGES", on ? "1" : "0", 1);
+        start("1", "1G", "0");
+        void *huge = NULL, *normal = NULL;
+        CHECK(aclrtMalloc(&huge, 8 * MiB, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+        CHECK(aclrtMalloc(&normal, 8 * MiB, ACL_MEM_MALLOC_NORMAL_ONLY) == ACL_SUCCESS);
+        if (madvise_mode) {
+            CHECK(thp_eligible(huge) == on);
+            CHECK(thp_eligible(normal) == 0);
+        } else {
+            fprintf(stderr, "  THP mode '%s': advice not observable here\n", mode);
+        }
+        CHECK(aclrtFree(huge) == ACL_SUCCESS);
+        CHECK(aclrtFree(normal) == ACL_SUCCESS);
+        stop();
+    }
+    unsetenv("CANN_LLM_HOST_HUGEPAGES");
+}
+
 int main(void)
 {
     test_init_and_devices();
@@ -367,5 +417,6 @@ int main(void)
     test_deferred();
     stop();
 
+    test_huge_page_advice();
     return CT_RESULT();
 }

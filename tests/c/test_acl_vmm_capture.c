@@ -1,5 +1,7 @@
 /* test_acl_vmm_capture.c - acl_host's VMM (reserve / physical / map with real pages), the
  * recently-freed diagnostics, and graph capture / replay (aclmdlRI), in normal and deferred mode.
+ * CT_BENCH=1 also prints the host cost of a launch: eager and replayed chains of tiny Adds
+ * (the size of a decode step's element-wise ops), in microseconds per op.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -495,8 +497,73 @@ static void test_capture_on_vmm(void)
     CHECK(add(y, x, x, N, s) == ACLNN_SUCCESS);
 }
 
+/* ---- benchmark (CT_BENCH=1) ---------------------------------------------------------------- */
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+/* A chain of n_ops Adds of n elements (y = y + x), eager and captured; per op, the time to
+ * queue and run them all (the median of 15 rounds), and for the replay also the time
+ * aclmdlRIExecuteAsync holds the caller. */
+static void bench_launch(int n_ops, int64_t n)
+{
+    aclrtStream s = NULL;
+    CHECK(aclrtCreateStream(&s) == ACL_SUCCESS);
+    void *x = NULL, *y = NULL;
+    CHECK(aclrtMalloc(&x, (size_t)n * 4, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+    CHECK(aclrtMalloc(&y, (size_t)n * 4, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+    CHECK(aclrtMemset(x, (size_t)n * 4, 0, (size_t)n * 4) == ACL_SUCCESS);
+    CHECK(aclrtMemset(y, (size_t)n * 4, 0, (size_t)n * 4) == ACL_SUCCESS);
+    aclmdlRI ri = NULL;
+    CHECK(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL) == ACL_SUCCESS);
+    for (int i = 0; i < n_ops; i++)
+        add(y, y, x, n, s);
+    CHECK(aclmdlRICaptureEnd(s, &ri) == ACL_SUCCESS);
+    enum { ROUNDS = 15 };
+    double eager[ROUNDS], replay[ROUNDS], execute[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        double t0 = now_us();
+        for (int i = 0; i < n_ops; i++)
+            add(y, y, x, n, s);
+        CHECK(aclrtSynchronizeStream(s) == ACL_SUCCESS);
+        double t1 = now_us();
+        CHECK(aclmdlRIExecuteAsync(ri, s) == ACL_SUCCESS);
+        double t2 = now_us();
+        CHECK(aclrtSynchronizeStream(s) == ACL_SUCCESS);
+        double t3 = now_us();
+        eager[r] = (t1 - t0) / n_ops, replay[r] = (t3 - t1) / n_ops, execute[r] = t2 - t1;
+    }
+    for (int r = 1; r < ROUNDS; r++) /* insertion sorts, for the medians */
+        for (int k = r; k > 0; k--) {
+            double *v[3] = {eager, replay, execute};
+            for (int j = 0; j < 3; j++)
+                if (v[j][k] < v[j][k - 1]) {
+                    double t = v[j][k];
+                    v[j][k] = v[j][k - 1];
+                    v[j][k - 1] = t;
+                }
+        }
+    printf("bench: %d Adds of %lld floats: eager %.2f us/op, replay %.2f us/op "
+           "(aclmdlRIExecuteAsync %.1f us)\n", n_ops, (long long)n, eager[ROUNDS / 2],
+           replay[ROUNDS / 2], execute[ROUNDS / 2]);
+    CHECK(aclmdlRIDestroy(ri) == ACL_SUCCESS);
+    CHECK(aclrtFree(x) == ACL_SUCCESS);
+    CHECK(aclrtFree(y) == ACL_SUCCESS);
+    CHECK(aclrtDestroyStream(s) == ACL_SUCCESS);
+}
+
 int main(void)
 {
+    if (getenv("CT_BENCH")) {
+        start("1G", "0");
+        bench_launch(1000, 576);
+        bench_launch(1000, 64 * 1024);
+        stop();
+    }
     const char *modes[2] = {"0", "1"};
     for (int m = 0; m < 2; m++) {
         fprintf(stderr, "mode CANN_LLM_HOST_DEFERRED=%s\n", modes[m]);

@@ -176,6 +176,81 @@ static void test_strided_views(void) {
     aclrtFree(ds); aclrtFree(dr); aclrtFree(dout); aclrtFree(dbig);
 }
 
+/* One element of a float dtype as F32, and an F32 rounded to it (nearest even). */
+static float load_as_f32(aclDataType t, const void *p) {
+    uint16_t h;
+    float f;
+    if (t == ACL_FLOAT) {
+        memcpy(&f, p, 4);
+        return f;
+    }
+    memcpy(&h, p, 2);
+    return t == ACL_FLOAT16 ? from_f16(h) : from_bf16(h);
+}
+
+static void store_from_f32(aclDataType t, void *p, float v) {
+    uint16_t h = t == ACL_FLOAT16 ? f16(v) : bf16(v);
+    if (t == ACL_FLOAT)
+        memcpy(p, &v, 4);
+    else
+        memcpy(p, &h, 2);
+}
+
+/* ROPE's shape of product: a pair member of x (every other element: a strided view), times a
+ * cos table broadcast over heads, into a contiguous or strided out, in F32 / F16 / BF16 mixes:
+ * each result is the F32 product rounded once to out's dtype (the strided float path). */
+static void test_strided_float_mixes(void) {
+    const aclDataType types[3] = {ACL_FLOAT, ACL_FLOAT16, ACL_BF16};
+    enum { HALF = 37, HEADS = 3, N = HALF * HEADS };
+    for (int ta_i = 0; ta_i < 3; ta_i++)
+        for (int tb_i = 0; tb_i < 3; tb_i++)
+            for (int to_i = 0; to_i < 3; to_i++)
+                for (int mul = 0; mul < 2; mul++) {
+                    aclDataType at = types[ta_i], bt = types[tb_i], ot = types[to_i];
+                    if (at == bt && at != ACL_FLOAT && ot != at)
+                        continue; /* computed in F16 / BF16, then converted: two roundings */
+                    size_t ae = aclDataTypeSize(at), be = aclDataTypeSize(bt), oe = aclDataTypeSize(ot);
+                    unsigned char ha[2 * N * 4], hb[HALF * 4], ho[2 * N * 4];
+                    for (int i = 0; i < 2 * N; i++)
+                        store_from_f32(at, ha + i * ae, (float)((i * 37) % 101) * 0.0731f - 3.3f);
+                    for (int i = 0; i < HALF; i++)
+                        store_from_f32(bt, hb + i * be, (float)i * 0.113f - 1.9f);
+                    memset(ho, 0, sizeof ho);
+                    void *da = dev_from(ha, 2 * N * ae), *db = dev_from(hb, HALF * be);
+                    void *dout = dev_from(ho, 2 * N * oe);
+                    int64_t dims[2] = {HEADS, HALF}, sa[2] = {2 * HALF, 2}, sb[2] = {0, 1};
+                    int64_t so[2] = {2 * HALF, 2}; /* out strided too: every other element */
+                    aclTensor *xa = acl_view(dims, 2, at, sa, 1, da), *xb = acl_view(dims, 2, bt, sb, 0, db);
+                    aclTensor *xo = acl_view(dims, 2, ot, so, 0, dout);
+                    float minus = -1.0f;
+                    aclScalar *alpha = aclCreateScalar(&minus, ACL_FLOAT);
+                    uint64_t ws;
+                    aclOpExecutor *ex;
+                    aclnnStatus st = mul ? launch(aclnnMulGetWorkspaceSize(xa, xb, xo, &ws, &ex), aclnnMul, &ws, &ex)
+                                         : launch(aclnnAddGetWorkspaceSize(xa, xb, alpha, xo, &ws, &ex), aclnnAdd,
+                                                  &ws, &ex);
+                    CHECK(st == ACLNN_SUCCESS);
+                    to_host(ho, dout, 2 * N * oe);
+                    int bad = 0;
+                    for (int h = 0; h < HEADS; h++)
+                        for (int k = 0; k < HALF; k++) {
+                            float x = load_as_f32(at, ha + (size_t)(h * 2 * HALF + 2 * k + 1) * ae);
+                            float y = load_as_f32(bt, hb + (size_t)k * be);
+                            float v = mul ? x * y : x + minus * y;
+                            unsigned char want[4], *got = ho + (size_t)(h * 2 * HALF + 2 * k) * oe;
+                            store_from_f32(ot, want, v);
+                            bad += memcmp(want, got, oe) != 0;
+                            bad += got[oe] != 0 || got[oe + oe - 1] != 0; /* the odd slots untouched */
+                        }
+                    if (bad)
+                        fprintf(stderr, "  strided %s: %d x %d -> %d: %d bad\n", mul ? "Mul" : "Add", at, bt,
+                                ot, bad);
+                    CHECK(bad == 0);
+                    aclDestroyTensor(xa); aclDestroyTensor(xb); aclDestroyTensor(xo); aclDestroyScalar(alpha);
+                    aclrtFree(da); aclrtFree(db); aclrtFree(dout);
+                }
+}
+
 static void test_inplace_add_and_muls(void) {
     /* selfRef F16 [2,40] += 3 * other F32 [40]: promoted F32, cast back to F16 */
     uint16_t s[80], o16[80];
@@ -618,6 +693,7 @@ int main(void) {
     test_add_broadcast_alpha();
     test_mixed_dtypes();
     test_strided_views();
+    test_strided_float_mixes();
     test_inplace_add_and_muls();
     test_cast_rounding();
     test_cast_rules();

@@ -2,7 +2,8 @@
  * (n, grain, size) alone, nested jobs inline, several submitting threads hammering the pool with
  * CANN_LLM_POLL at 0, the default and a large value (no lost wake-up: a lost one hangs here
  * until ctest's timeout), polling workers dispatched without sleeping, no polling while the CPUs
- * are oversubscribed, and an idle pool that sleeps and burns no CPU.
+ * are oversubscribed, and an idle pool that sleeps and burns no CPU. CT_BENCH=1 also prints
+ * the cost of dispatching a job over 2 threads, with and without polling.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -149,8 +150,108 @@ static void run_with(const char *threads, const char *poll, int expect_poll)
     CHECK(cpu < 0.02);
 }
 
+/* One chunk: 2 us of spinning. */
+static void touch(void *ctx, int64_t begin, int64_t end)
+{
+    double t0 = seconds(CLOCK_MONOTONIC);
+    while (seconds(CLOCK_MONOTONIC) - t0 < 2e-6)
+        ;
+    atomic_fetch_add((atomic_llong *)ctx, end - begin);
+}
+
+/* Microseconds per job of 2 chunks of 2 us on 2 threads, back to back (the median of 9 rounds
+ * of 20000 jobs): 2 us when the chunks run side by side and dispatch is free, 4 us when one
+ * thread runs both. */
+static void bench_dispatch(const char *poll)
+{
+    ah_pool_shutdown();
+    setenv("CANN_LLM_THREADS", "2", 1);
+    setenv("CANN_LLM_POLL", poll, 1);
+    atomic_llong sum = 0;
+    double us[9];
+    for (int r = 0; r < 9; r++) {
+        double t0 = seconds(CLOCK_MONOTONIC);
+        for (int i = 0; i < 20000; i++)
+            ah_parallel_for(2, 1, touch, &sum);
+        us[r] = (seconds(CLOCK_MONOTONIC) - t0) * 1e6 / 20000;
+    }
+    for (int r = 1; r < 9; r++)
+        for (int k = r; k > 0 && us[k] < us[k - 1]; k--) {
+            double t = us[k];
+            us[k] = us[k - 1];
+            us[k - 1] = t;
+        }
+    printf("bench: CANN_LLM_POLL=%s: %.2f us per 2-thread job (%lld items)\n", poll, us[4],
+           (long long)atomic_load(&sum));
+}
+
+/* The alternative design, a ggml-style parallel region: both threads walk the ops and meet at a
+ * spinning barrier after each one. Microseconds per round of 2 us of work on each thread and one
+ * barrier (the median of 9 rounds of 20000). */
+static atomic_int g_arrived;
+static atomic_int g_phase;
+
+static void spin_barrier(int *phase)
+{
+    int next = *phase + 1;
+    if (atomic_fetch_add(&g_arrived, 1) == 1) {
+        atomic_store(&g_arrived, 0);
+        atomic_store(&g_phase, next);
+    } else {
+        while (atomic_load(&g_phase) != next)
+            cpu_relax();
+    }
+    *phase = next;
+}
+
+static void *region_partner(void *arg)
+{
+    int phase = 0;
+    atomic_llong sum = 0;
+    for (int r = 0; r < 9 * 20000; r++) {
+        touch(&sum, 0, 1);
+        spin_barrier(&phase);
+    }
+    (void)arg;
+    return NULL;
+}
+
+static void bench_region(void)
+{
+    atomic_store(&g_arrived, 0);
+    atomic_store(&g_phase, 0);
+    pthread_t partner;
+    if (pthread_create(&partner, NULL, region_partner, NULL) != 0)
+        return;
+    int phase = 0;
+    atomic_llong sum = 0;
+    double us[9];
+    for (int r = 0; r < 9; r++) {
+        double t0 = seconds(CLOCK_MONOTONIC);
+        for (int i = 0; i < 20000; i++) {
+            touch(&sum, 0, 1);
+            spin_barrier(&phase);
+        }
+        us[r] = (seconds(CLOCK_MONOTONIC) - t0) * 1e6 / 20000;
+    }
+    pthread_join(partner, NULL);
+    for (int r = 1; r < 9; r++)
+        for (int k = r; k > 0 && us[k] < us[k - 1]; k--) {
+            double t = us[k];
+            us[k] = us[k - 1];
+            us[k - 1] = t;
+        }
+    printf("bench: spinning 2-thread region: %.2f us per op of 2 us on each thread + barrier\n",
+           us[4]);
+}
+
 int main(void)
 {
+    if (getenv("CT_BENCH")) {
+        bench_dispatch("50");
+        bench_dispatch("0");
+        bench_region();
+    }
     run_with("3", "0", 0);
     run_with("3", "", DEFAULT_POLL_US); /* unset or empty: the default */
     run_with("2", "junk", DEFAULT_POLL_US);

@@ -18,6 +18,8 @@ void ah_error_take(char *buf, size_t size);
 
 /* ---- runtime.c: configuration read at aclInit ---- */
 bool ah_rt_deferred(void);
+/* CANN_LLM_HOST_HUGEPAGES (default on): huge-page policies become transparent-huge-page advice. */
+bool ah_rt_hugepages(void);
 size_t ah_rt_device_capacity(void);
 /* True if peer access was enabled from a to b or from b to a. */
 bool ah_rt_peer_enabled(int a, int b);
@@ -37,6 +39,9 @@ aclError ah_mem_check_live(const ah_range *range, const char *task);
 /* Releases quarantined blocks that no pending task can still reach. */
 void ah_mem_collect(void);
 bool ah_mem_has_quarantine(void);
+/* Counts the releases of device memory (frees, unmaps): a range checked live at epoch E (read
+ * before the check) is still live while the epoch is E. Replays skip their re-checks then. */
+uint64_t ah_mem_release_epoch(void);
 /* aclFinalize: unmaps every block. */
 void ah_mem_release_all(void);
 /* Device capacity accounting (aclrtMalloc, aclrtMallocPhysical). */
@@ -99,6 +104,12 @@ aclError ah_stream_resolve(aclrtStream handle, const char *api, struct ah_stream
 aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
                            ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
                            uint64_t *seq);
+/* Queues a task and waits until it has run (an async copy with a pageable host side): the
+ * worker is not woken for it, the caller runs it when the stream is idle. While capturing, the
+ * task is recorded and nothing waits. */
+aclError ah_stream_enqueue_and_wait(struct ah_stream *s, const char *name, ah_task_run_fn run,
+                                    void *arg, ah_task_release_fn release,
+                                    const ah_range *ranges, size_t n_ranges);
 /* Blocks until the stream has finished its first `seq` tasks (runs them in deferred mode). */
 void ah_stream_wait_seq(struct ah_stream *s, uint64_t seq);
 /* Global task numbering for the quarantine: the last number handed out, and the smallest

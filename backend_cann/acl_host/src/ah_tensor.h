@@ -101,13 +101,17 @@ struct aclOpExecutor {
     ah_op_run_fn run;
     bool repeatable;
     uint64_t workspace_size;     /* required bytes */
+    size_t alloc_size;           /* bytes of this object: room for n_tensors once finished */
     int n_tensors, n_inputs, n_outputs;
-    aclTensor tensors[AH_EXEC_MAX_TENSORS];          /* copies, taken in phase 1 */
     const char *tensor_names[AH_EXEC_MAX_TENSORS];
     int8_t input_slot[AH_EXEC_MAX_TENSORS];          /* aclSetInputTensorAddr index -> slot */
     int8_t output_slot[AH_EXEC_MAX_TENSORS];
     _Alignas(16) unsigned char params[AH_EXEC_PARAMS_SIZE];
     aclOpExecutor *registry_next;
+    /* copies, taken in phase 1; AH_EXEC_MAX_TENSORS are allocated until ah_executor_finish
+     * shrinks the object to the n_tensors used (a tensor is 632 bytes: a captured graph holds
+     * one executor per launch) */
+    aclTensor tensors[];
 };
 
 /* The op's parameter struct inside the executor (compile error if it does not fit). */

@@ -6,10 +6,13 @@
  * aclnn task (which holds its executor snapshot) replays any number of times without phase 1.
  *
  * aclmdlRIExecuteAsync checks every recorded range against the live allocations (as a launch
- * would), then queues the tasks in order on the target stream. Each queued replay task holds a
+ * would; skipped when no device memory was released since the model's last check), then queues
+ * the tasks in order on the target stream: each run of tasks between two event records is one
+ * stream task (a segment) that runs them in order, re-checking each task's ranges right before
+ * it runs when device memory was released meanwhile. Items with a replay hook (event records)
+ * are re-issued on the target stream between the segments. Each queued segment holds a
  * reference on the model, so destroying a model while a replay is still queued is safe: the
- * recorded tasks are released when the last reference goes. Items with a replay hook (event
- * records) are re-issued on the target stream instead of being queued.
+ * recorded tasks are released when the last reference goes.
  *
  * "Unsafe" calls during a capture (ah_capture_check_unsafe) fail with
  * ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT and invalidate the capture, following the capture mode
@@ -52,8 +55,13 @@ struct ah_model {
     struct ah_stream *stream; /* the capturing stream; NULL once the capture ended */
     rec_item **items;
     size_t n_items, cap_items;
+    /* made at capture end: the replay's steps in order, each an event record's item (end == 0)
+     * or a run of plain tasks [begin, end) queued as one segment */
+    struct replay_step { size_t begin, end; } *steps;
+    size_t n_steps;
     char reason[160];
-    atomic_uint refs; /* the handle + one per queued replay task */
+    atomic_uint refs; /* the handle + one per queued replay segment */
+    _Atomic uint64_t checked_epoch; /* 1 + the release epoch of the last full range check */
     struct ah_model *next;
 };
 
@@ -80,6 +88,7 @@ static void model_free(struct ah_model *m)
         free(m->items[i]);
     }
     free(m->items);
+    free(m->steps);
     pthread_mutex_destroy(&m->mutex);
     free(m);
 }
@@ -297,6 +306,27 @@ AH_API aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mod
     return rc;
 }
 
+/* The replay's steps: each event record alone, each run of other tasks between them as one. */
+static bool make_steps(struct ah_model *m)
+{
+    m->steps = malloc((m->n_items ? m->n_items : 1) * sizeof *m->steps);
+    if (!m->steps)
+        return false;
+    m->n_steps = 0;
+    for (size_t i = 0; i < m->n_items;) {
+        size_t end = i + 1;
+        if (m->items[i]->replay) {
+            m->steps[m->n_steps++] = (struct replay_step){i, 0};
+        } else {
+            while (end < m->n_items && !m->items[end]->replay)
+                end++;
+            m->steps[m->n_steps++] = (struct replay_step){i, end};
+        }
+        i = end;
+    }
+    return true;
+}
+
 typedef struct end_ctx {
     struct ah_model *model;
 } end_ctx;
@@ -335,6 +365,8 @@ AH_API aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI)
     char reason[sizeof m->reason] = "";
     pthread_mutex_lock(&m->mutex);
     m->stream = NULL;
+    if (m->state == M_CAPTURING && !make_steps(m))
+        invalidate_locked(m, "out of host memory at the end of the capture");
     bool invalid = m->state != M_CAPTURING;
     if (invalid)
         memcpy(reason, m->reason, sizeof reason);
@@ -410,16 +442,57 @@ AH_API aclError aclmdlRICaptureThreadExchangeMode(aclmdlRICaptureMode *mode)
 
 /* ---- replay and destroy ------------------------------------------------------------------------ */
 
-static aclError replay_run(void *arg)
+/* A run of consecutive recorded tasks (no event record among them), queued as one stream task:
+ * a replay costs the host one enqueue per segment, not one per recorded launch. */
+typedef struct replay_segment {
+    struct ah_model *model; /* one reference, dropped by segment_release */
+    size_t begin, end;
+    uint64_t epoch; /* ah_mem_release_epoch at which every range was found live */
+} replay_segment;
+
+/* Runs the segment's tasks in order, as the stream runs queued tasks: each one's ranges are
+ * re-checked right before it runs (unless no device memory was released since they were
+ * checked), a failing task does not stop the later ones, and the first error (with its
+ * message) is what the segment reports, so it sticks to the stream. */
+static aclError segment_run(void *arg)
 {
-    rec_item *r = arg;
-    return r->run(r->arg);
+    replay_segment *seg = arg;
+    rec_item **items = seg->model->items;
+    aclError first = ACL_SUCCESS;
+    char message[AH_ERRMSG_SIZE] = "";
+    bool recheck = false;
+    for (size_t i = seg->begin; i < seg->end; i++) {
+        rec_item *r = items[i];
+        aclError rc = ACL_SUCCESS;
+        if (!recheck && ah_mem_release_epoch() != seg->epoch)
+            recheck = true;
+        for (size_t k = 0; recheck && k < r->n_ranges && rc == ACL_SUCCESS; k++)
+            rc = ah_mem_check_live(&r->ranges[k], r->name);
+        if (rc == ACL_SUCCESS)
+            rc = r->run(r->arg);
+        if (rc == ACL_SUCCESS)
+            continue;
+        if (first == ACL_SUCCESS) {
+            first = rc;
+            ah_error_take(message, sizeof message);
+            if (message[0] == '\0')
+                snprintf(message, sizeof message, "%s: failed on device %d with error %d",
+                         r->name, seg->model->device, rc);
+        } else {
+            char ignored[AH_ERRMSG_SIZE];
+            ah_error_take(ignored, sizeof ignored);
+        }
+    }
+    if (first != ACL_SUCCESS)
+        ah_error_set_message(message);
+    return first;
 }
 
-static void replay_release(void *arg)
+static void segment_release(void *arg)
 {
-    rec_item *r = arg;
-    model_unref(r->model);
+    replay_segment *seg = arg;
+    model_unref(seg->model);
+    free(seg);
 }
 
 static aclError not_capturing(struct ah_model **slot, void *ctx)
@@ -460,6 +533,30 @@ static struct ah_model *acquire_ready(aclmdlRI handle, const char *api, aclError
     return m;
 }
 
+/* Every recorded range lies in live device memory; the check is skipped when it passed before
+ * and no device memory was released since (the epoch is read before checking). */
+static aclError check_ranges(struct ah_model *m, const char *api, uint64_t *epoch)
+{
+    *epoch = ah_mem_release_epoch();
+    if (atomic_load(&m->checked_epoch) == *epoch + 1)
+        return ACL_SUCCESS;
+    aclError rc = ACL_SUCCESS;
+    for (size_t i = 0; i < m->n_items && rc == ACL_SUCCESS; i++) {
+        rec_item *r = m->items[i];
+        for (size_t k = 0; k < r->n_ranges && rc == ACL_SUCCESS; k++) {
+            rc = ah_mem_check_device(r->ranges[k].ptr, r->ranges[k].size, r->name);
+            if (rc != ACL_SUCCESS) { /* again, for the message naming the API (rare path) */
+                char what[96];
+                snprintf(what, sizeof what, "%s: %s", api, r->name);
+                rc = ah_mem_check_device(r->ranges[k].ptr, r->ranges[k].size, what);
+            }
+        }
+    }
+    if (rc == ACL_SUCCESS)
+        atomic_store(&m->checked_epoch, *epoch + 1);
+    return rc;
+}
+
 AH_API aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)
 {
     const char *api = "aclmdlRIExecuteAsync";
@@ -477,30 +574,32 @@ AH_API aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)
     if (rc == ACL_SUCCESS)
         rc = ah_stream_capture_slot(s, not_capturing, NULL);
     /* Check everything first, so a failing replay queues nothing. */
-    for (size_t i = 0; i < m->n_items && rc == ACL_SUCCESS; i++) {
-        rec_item *r = m->items[i];
-        if (r->replay) {
+    uint64_t epoch = 0;
+    for (size_t i = 0; i < m->n_steps && rc == ACL_SUCCESS; i++) {
+        if (m->steps[i].end == 0) {
+            rec_item *r = m->items[m->steps[i].begin];
             rc = r->replay(r->arg, s, true);
-            continue;
-        }
-        for (size_t k = 0; k < r->n_ranges && rc == ACL_SUCCESS; k++) {
-            rc = ah_mem_check_device(r->ranges[k].ptr, r->ranges[k].size, r->name);
-            if (rc != ACL_SUCCESS) { /* again, for the message naming the API (rare path) */
-                char what[96];
-                snprintf(what, sizeof what, "%s: %s", api, r->name);
-                rc = ah_mem_check_device(r->ranges[k].ptr, r->ranges[k].size, what);
-            }
         }
     }
-    for (size_t i = 0; i < m->n_items && rc == ACL_SUCCESS; i++) {
-        rec_item *r = m->items[i];
-        if (r->replay) {
+    if (rc == ACL_SUCCESS)
+        rc = check_ranges(m, api, &epoch);
+    /* Event records are re-issued on the stream; the runs of tasks between them are queued as
+     * one task each. */
+    for (size_t i = 0; i < m->n_steps && rc == ACL_SUCCESS; i++) {
+        const struct replay_step *step = &m->steps[i];
+        if (step->end == 0) {
+            rec_item *r = m->items[step->begin];
             rc = r->replay(r->arg, s, false);
-        } else {
-            atomic_fetch_add(&m->refs, 1); /* dropped by replay_release, even on failure */
-            rc = ah_stream_enqueue(s, r->name, replay_run, r, replay_release, r->ranges,
-                                   r->n_ranges, NULL);
+            continue;
         }
+        replay_segment *seg = malloc(sizeof *seg);
+        if (!seg) {
+            rc = ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
+            break;
+        }
+        atomic_fetch_add(&m->refs, 1); /* dropped by segment_release, even on failure */
+        *seg = (replay_segment){m, step->begin, step->end, epoch};
+        rc = ah_stream_enqueue(s, api, segment_run, seg, segment_release, NULL, 0, NULL);
     }
     model_unref(m);
     return rc;

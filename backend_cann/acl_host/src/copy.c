@@ -137,11 +137,9 @@ static aclError queue_task(const char *api, struct ah_stream *s, copy_task job,
     if (!arg)
         return ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
     *arg = job;
-    uint64_t seq = 0;
-    aclError rc = ah_stream_enqueue(s, api, run_copy, arg, free, ranges, n_ranges, &seq);
-    if (rc == ACL_SUCCESS && complete)
-        ah_stream_wait_seq(s, seq);
-    return rc;
+    if (complete)
+        return ah_stream_enqueue_and_wait(s, api, run_copy, arg, free, ranges, n_ranges);
+    return ah_stream_enqueue(s, api, run_copy, arg, free, ranges, n_ranges, NULL);
 }
 
 /* acl_rt.h (8.1.RC1), aclrtMemcpyAsync: "For on-chip Device-to-Device memory copy, both the source

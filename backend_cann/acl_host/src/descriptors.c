@@ -549,7 +549,8 @@ static aclnnStatus not_live(const char *fn, const aclOpExecutor *ex) {
 
 /* ---- executors ------------------------------------------------------------------------------------- */
 aclOpExecutor *ah_executor_new(const char *op, ah_op_run_fn run) {
-    aclOpExecutor *ex = calloc(1, sizeof *ex);
+    size_t size = sizeof(aclOpExecutor) + AH_EXEC_MAX_TENSORS * sizeof(aclTensor);
+    aclOpExecutor *ex = calloc(1, size);
     if (!ex) {
         ah_error(ACLNN_ERR_INNER, "%s: out of host memory for the executor", op);
         return NULL;
@@ -557,6 +558,7 @@ aclOpExecutor *ah_executor_new(const char *op, ah_op_run_fn run) {
     ex->magic = EXEC_MAGIC;
     ex->op = op;
     ex->run = run;
+    ex->alloc_size = size;
     return ex;
 }
 
@@ -576,6 +578,12 @@ int ah_executor_add_tensor(aclOpExecutor *ex, const char *name, const aclTensor 
 
 aclnnStatus ah_executor_finish(aclOpExecutor *ex, uint64_t workspace_size,
                                uint64_t *workspaceSize, aclOpExecutor **executor) {
+    size_t used = sizeof(aclOpExecutor) + (size_t)ex->n_tensors * sizeof(aclTensor);
+    aclOpExecutor *shrunk = used < ex->alloc_size ? realloc(ex, used) : NULL;
+    if (shrunk) { /* not registered yet: nothing else points to it */
+        ex = shrunk;
+        ex->alloc_size = used;
+    }
     ex->workspace_size = workspace_size;
     registry_add(ex);
     *workspaceSize = workspace_size;
@@ -620,10 +628,10 @@ aclnnStatus ah_executor_launch(aclOpExecutor *ex, void *workspace, uint64_t work
     if (!ex->repeatable) {
         registry_find(ex, true);
     } else {
-        run_ex = malloc(sizeof *run_ex);
+        run_ex = malloc(ex->alloc_size);
         if (!run_ex)
             return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", op);
-        memcpy(run_ex, ex, sizeof *run_ex);
+        memcpy(run_ex, ex, ex->alloc_size);
     }
     aclnnStatus status = ACLNN_SUCCESS;
     ah_range ranges[AH_EXEC_MAX_TENSORS + 1];

@@ -5,8 +5,8 @@
  * and round once to the promoted type (nearest even); a scalar operand is first converted to the
  * promoted type, alpha is applied in F32 (FLOAT / F16 / BF16) or F64 / int64. Integer results wrap.
  * Contiguous and broadcast-row F32 / F16 / BF16 runs are vectorised (AVX-512 / AVX2, runtime
- * dispatch); every path rounds the same way (no fused multiply-add), so results do not depend on
- * the CPU or thread count. out may be self or other (same view); a partial overlap between out
+ * dispatch), strided float runs go through F32 blocks; every path rounds the same way (no fused
+ * multiply-add), so results do not depend on the CPU or thread count. out may be self or other (same view); a partial overlap between out
  * and an input is undefined, as in CANN.
  */
 #pragma GCC optimize("fp-contract=off")
@@ -105,6 +105,7 @@ typedef struct binary_ctx {
     const binary_params *params;
     aclDataType out_t, a_t, b_t;
     bool uniform; /* out, self, other and compute share one of FLOAT / FLOAT16 / BF16 */
+    bool f32_compute; /* every operand FLOAT / FLOAT16 / BF16, computed in F32 (or uniform) */
 } binary_ctx;
 
 static void to_f32(aclDataType t, const char *src, float *dst, int64_t n) {
@@ -172,6 +173,62 @@ static double round_to(aclDataType t, float v) {
     return v;
 }
 
+/* n float elements (F32 / F16 / BF16) at a byte stride (0: one value) to F32, exactly. */
+static void widen(aclDataType t, const char *src, int64_t stride, int64_t n, float *dst) {
+    size_t es = ah_dtype_size(t);
+    if (stride == (int64_t)es && t != ACL_FLOAT) {
+        to_f32(t, src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++, src += stride) {
+        uint16_t h;
+        if (t == ACL_FLOAT) {
+            memcpy(&dst[i], src, 4);
+            continue;
+        }
+        memcpy(&h, src, 2);
+        dst[i] = t == ACL_FLOAT16 ? ah_f16_to_f32(h) : ah_bf16_to_f32(h);
+    }
+}
+
+/* n F32 values to a float dtype at a byte stride, rounded to nearest even. */
+static void narrow(aclDataType t, char *dst, int64_t stride, int64_t n, const float *src) {
+    size_t es = ah_dtype_size(t);
+    if (stride == (int64_t)es && t != ACL_FLOAT) {
+        if (t == ACL_FLOAT16)
+            ah_f32_to_f16_row(src, (uint16_t *)(void *)dst, n);
+        else
+            ah_f32_to_bf16_row(src, (uint16_t *)(void *)dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++, dst += stride) {
+        if (t == ACL_FLOAT) {
+            memcpy(dst, &src[i], 4);
+            continue;
+        }
+        uint16_t h = t == ACL_FLOAT16 ? ah_f32_to_f16(src[i]) : ah_f32_to_bf16(src[i]);
+        memcpy(dst, &h, 2);
+    }
+}
+
+/* Float operands at any strides (ROPE's pair members are every other element), computed in F32
+ * with one rounding to the result's dtype: blocks widened to F32, the vectorised F32 kernel,
+ * narrowed back. The bits of generic_run, without its round trip through double. */
+static void float_strided_run(const binary_ctx *c, int64_t n, char *const *p, const int64_t *s) {
+    const binary_params *bp = c->params;
+    float a[BLOCK], b[BLOCK], out[BLOCK];
+    f32_run r = {.kind = bp->kind, .scaled = bp->scaled, .alpha = (float)bp->alpha_f,
+                 .a_bcast = s[1] == 0, .b_bcast = s[2] == 0, .out = out, .a = a, .b = b};
+    for (int64_t done = 0; done < n; done += BLOCK) {
+        int64_t m = n - done < BLOCK ? n - done : BLOCK;
+        widen(c->a_t, p[1] + done * s[1], s[1], r.a_bcast ? 1 : m, a);
+        widen(c->b_t, p[2] + done * s[2], s[2], r.b_bcast ? 1 : m, b);
+        r.n = m;
+        f32_binary(&r);
+        narrow(c->out_t, p[0] + done * s[0], s[0], m, out);
+    }
+}
+
 /* Any dtypes and strides: blocks through the compute domain. */
 static void generic_run(const binary_ctx *c, int64_t n, char *const *p, const int64_t *s) {
     const binary_params *bp = c->params;
@@ -223,7 +280,15 @@ static void binary_segment(void *ctx, int64_t n, char *const *p, const int64_t *
             return;
         }
     }
+    if (c->f32_compute) {
+        float_strided_run(c, n, p, s);
+        return;
+    }
     generic_run(c, n, p, s);
+}
+
+static bool half_or_f32(aclDataType t) {
+    return t == ACL_FLOAT || t == ACL_FLOAT16 || t == ACL_BF16;
 }
 
 static aclError binary_run(const aclOpExecutor *ex, void *workspace) {
@@ -235,10 +300,12 @@ static aclError binary_run(const aclOpExecutor *ex, void *workspace) {
     ah_nd_plan plan;
     if (!ah_nd_plan_init(&plan, 3, ops))
         return ah_error(ACLNN_ERR_INNER, "%s: operands do not broadcast to out", ex->op);
-    binary_ctx c = {bp, ops[0].dtype, ops[1].dtype, ops[2].dtype, false};
+    binary_ctx c = {bp, ops[0].dtype, ops[1].dtype, ops[2].dtype, false, false};
     aclDataType t = bp->compute;
     c.uniform = (t == ACL_FLOAT || t == ACL_FLOAT16 || t == ACL_BF16) && c.out_t == t &&
                 c.a_t == t && c.b_t == t;
+    c.f32_compute = c.uniform || (t == ACL_FLOAT && half_or_f32(c.out_t) && half_or_f32(c.a_t) &&
+                                  half_or_f32(c.b_t));
     ah_nd_run(&plan, AH_ND_GRAIN, binary_segment, &c);
     return ACL_SUCCESS;
 }

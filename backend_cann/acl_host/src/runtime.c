@@ -9,6 +9,7 @@
  *   CANN_LLM_HOST_MEMORY    capacity of each device in bytes, K/M/G/T suffixes (binary);
  *                           default: half of physical RAM
  *   CANN_LLM_HOST_DEFERRED  1: queued work runs only when the host synchronizes
+ *   CANN_LLM_HOST_HUGEPAGES 0: no transparent-huge-page advice for HUGE_* allocations
  */
 #include <ctype.h>
 #include <errno.h>
@@ -27,6 +28,7 @@ static atomic_bool g_initialized;
 /* Bumped at every first aclInit so a thread's device binding does not outlive aclFinalize. */
 static atomic_uint g_generation;
 static bool g_deferred;
+static bool g_hugepages = true;
 static int g_device_count = 1;
 static size_t g_capacity;
 static atomic_int g_device_refs[AH_MAX_DEVICES];
@@ -38,6 +40,7 @@ static _Thread_local unsigned tl_generation;
 bool ah_initialized(void) { return atomic_load(&g_initialized); }
 int ah_device_count(void) { return g_device_count; }
 bool ah_rt_deferred(void) { return g_deferred; }
+bool ah_rt_hugepages(void) { return g_hugepages; }
 size_t ah_rt_device_capacity(void) { return g_capacity; }
 
 int ah_current_device(void)
@@ -150,6 +153,8 @@ static aclError read_config(void)
     }
     const char *deferred = getenv("CANN_LLM_HOST_DEFERRED");
     g_deferred = deferred && *deferred && strcmp(deferred, "0") != 0;
+    const char *huge = getenv("CANN_LLM_HOST_HUGEPAGES");
+    g_hugepages = !(huge && strcmp(huge, "0") == 0);
     return ACL_SUCCESS;
 }
 

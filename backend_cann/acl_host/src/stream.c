@@ -9,12 +9,13 @@
  * Normal mode: each stream has a worker thread that runs tasks as they are queued. Deferred
  * mode (CANN_LLM_HOST_DEFERRED=1): no workers; queued work runs only when the host waits for
  * it (stream/device/event sync, or an async copy from pageable memory), on the waiting thread.
- * In normal mode too, an async copy from pageable memory (which the caller waits for) runs on the
- * caller's thread when it is the only task left on an idle stream: the same order and result,
- * without waking the worker and then the caller (two thread wake-ups, ~0.25 ms on a VM, paid by
- * every input upload of every decode step). Either way, whoever runs a task marks the stream
- * busy, and the worker does not start a task while the stream is busy, so tasks of one stream
- * never overlap.
+ * In normal mode too, a thread that waits for the stream without a deadline (a synchronize, an
+ * event wait, an async copy from pageable memory) runs the tasks it waits for itself when the
+ * stream is idle, instead of sleeping until the worker has woken, run them and woken it: the
+ * same order and result without two thread wake-ups (~0.25 ms on a VM, paid by every input
+ * upload and every logits download of a decode step), and the graph then runs on the waiting
+ * thread while the worker sleeps. Either way, whoever runs a task marks the stream busy, and the
+ * worker does not start a task while the stream is busy, so tasks of one stream never overlap.
  *
  * Graph capture (capture.c): while a stream captures, ah_stream_enqueue hands every task to the
  * capturing model instead of queueing it; nothing runs and n_submitted does not move.
@@ -153,9 +154,14 @@ static bool wait_completed_locked(struct ah_stream *s, uint32_t generation, uint
                                   const struct timespec *deadline)
 {
     bool deferred = ah_rt_deferred();
+    bool helped = false;
     while (s->generation == generation && s->n_completed < count) {
-        if (deferred && !s->busy && s->head) {
+        /* the next task is one we wait for and nobody runs it: run it here (in normal mode
+         * only without a deadline), rather than sleep until the worker wakes, runs it and
+         * wakes us */
+        if (!s->busy && s->head && (deferred || !deadline)) {
             run_head_task(s);
+            helped = !deferred;
             continue;
         }
         if (count < s->wake_at)
@@ -168,6 +174,8 @@ static bool wait_completed_locked(struct ah_stream *s, uint32_t generation, uint
             pthread_cond_wait(&s->done_cv, &s->mutex);
         }
     }
+    if (helped && (s->head || s->stop)) /* the worker may have seen us busy and gone to sleep */
+        pthread_cond_signal(&s->work_cv);
     return true;
 }
 
@@ -372,9 +380,34 @@ aclError ah_stream_resolve(aclrtStream handle, const char *api, struct ah_stream
 
 /* ---- queueing and waiting ------------------------------------------------------------------ */
 
+static aclError enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
+                       ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
+                       uint64_t *seq, bool wake);
+
 aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
                            ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
                            uint64_t *seq)
+{
+    return enqueue(s, name, run, arg, release, ranges, n_ranges, seq, true);
+}
+
+aclError ah_stream_enqueue_and_wait(struct ah_stream *s, const char *name, ah_task_run_fn run,
+                                    void *arg, ah_task_release_fn release,
+                                    const ah_range *ranges, size_t n_ranges)
+{
+    uint64_t seq = 0;
+    aclError rc = enqueue(s, name, run, arg, release, ranges, n_ranges, &seq, false);
+    if (rc == ACL_SUCCESS && seq)
+        ah_stream_wait_seq(s, seq);
+    return rc;
+}
+
+/* Queues the task; `wake`: signal the worker (not when the caller waits for the task at once:
+ * it runs it itself when the stream is idle, and a worker that is running an earlier task takes
+ * the next one without a signal). */
+static aclError enqueue(struct ah_stream *s, const char *name, ah_task_run_fn run, void *arg,
+                       ah_task_release_fn release, const ah_range *ranges, size_t n_ranges,
+                       uint64_t *seq, bool wake)
 {
     ah_task *t = malloc(sizeof *t + n_ranges * sizeof(ah_range));
     if (!t) {
@@ -419,7 +452,7 @@ aclError ah_stream_enqueue(struct ah_stream *s, const char *name, ah_task_run_fn
     s->n_submitted++;
     if (seq)
         *seq = s->n_submitted;
-    if (s->has_worker)
+    if (s->has_worker && wake)
         pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mutex);
     return ACL_SUCCESS;
@@ -458,11 +491,6 @@ aclError ah_stream_submit(aclrtStream stream, const char *name, ah_task_run_fn r
 void ah_stream_wait_seq(struct ah_stream *s, uint64_t seq)
 {
     pthread_mutex_lock(&s->mutex);
-    if (s->has_worker && !s->busy && s->head && s->n_completed + 1 == seq) {
-        run_head_task(s); /* the awaited task is next and nothing runs: run it here */
-        if (s->head || s->stop)
-            pthread_cond_signal(&s->work_cv);
-    }
     wait_completed_locked(s, s->generation, seq, NULL);
     pthread_mutex_unlock(&s->mutex);
 }

@@ -162,9 +162,64 @@ static clm_status compute_node(cann_backend_ctx *ctx, clm_tensor *node) {
     return entry->compute(ctx, node);
 }
 
+/* ---- shared activation casts ------------------------------------------------------------------ */
+#define ACT_SHARE_WINDOW 64   /* nodes looked ahead for another product of the same activations */
+
+static bool writes_into(const clm_tensor *node, const clm_tensor *t) {
+    if (node->op == CLM_OP_NONE || clm_is_view_op(node->op) || node->data == NULL || t->data == NULL) return false;
+    const char *a = node->data, *b = t->data;
+    return a < b + clm_nbytes(t) && b < a + clm_nbytes(node);
+}
+
+/* Before node i (a product that casts its activations x to `type`): the last later node within
+ * the window that casts the same x to the same type, with no node in between writing into x
+ * (memory reuse, an in-place op); 0 when there is none. */
+static size_t last_sharer(const clm_graph *graph, size_t i, const clm_tensor *x, int32_t type) {
+    size_t n = clm_graph_n_nodes(graph), last = 0;
+    for (size_t k = i; k < n && k <= i + ACT_SHARE_WINDOW; k++) {
+        const clm_tensor *node = clm_graph_node(graph, k);
+        int32_t t;
+        if (k > i && node->src[1] == x && cann_mul_mat_casts_src1(node, &t) && t == type) last = k;
+        if (writes_into(node, x)) break;   /* after it reads x: later products see other values */
+    }
+    return last;
+}
+
+static void act_release(cann_backend_ctx *ctx) {
+    cann_temp_free(&ctx->act.copy);
+    ctx->act = (cann_activation_copy){0};
+}
+
+/* Before computing node i: drop the kept copy once its last user has run, and ask for this
+ * node's cast to be kept when a later product shares it. The kept copy is the newest pool block
+ * between nodes (each op frees its own temporaries), so the pool's LIFO order holds. */
+static void act_before(cann_backend_ctx *ctx, const clm_graph *graph, size_t i, const clm_tensor *node) {
+    cann_activation_copy *act = &ctx->act;
+    if ((act->copy.ptr != NULL || act->keep) && i > act->until) act_release(ctx);
+    int32_t type;
+    if (!cann_mul_mat_casts_src1(node, &type)) return;
+    const clm_tensor *x = node->src[1];
+    if ((act->copy.ptr != NULL || act->keep) && act->src == x && act->type == type) return;
+    size_t until = last_sharer(graph, i, x, type);
+    if (until == 0) return;
+    act_release(ctx);
+    *act = (cann_activation_copy){.src = x, .type = type, .keep = true, .until = until};
+}
+
+static clm_status run_nodes_in_order(cann_backend_ctx *ctx, clm_graph *graph);
+
+/* Every node in order (run_nodes_in_order); the shared cast is released at the end, also when a
+ * node fails. */
+static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
+    act_release(ctx);
+    clm_status st = run_nodes_in_order(ctx, graph);
+    act_release(ctx);
+    return st;
+}
+
 /* Every node in order, each dispatched to its op family. Empty nodes have nothing to compute and
  * are skipped, as ggml does (some aclnn ops, e.g. SwiGlu, refuse empty tensors). */
-static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
+static clm_status run_nodes_in_order(cann_backend_ctx *ctx, clm_graph *graph) {
     clm_status st;
     for (size_t i = 0; i < clm_graph_n_nodes(graph); i++) {
         clm_tensor *node = clm_graph_node(graph, i);
@@ -200,6 +255,7 @@ static clm_status run_nodes(cann_backend_ctx *ctx, clm_graph *graph) {
                 continue;
             }
         }
+        act_before(ctx, graph, i, node);
         st = compute_node(ctx, node);
         if (st == CLM_OK) st = cann_profile_node_end(ctx, node);
         if (st != CLM_OK) {
@@ -321,6 +377,7 @@ clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
     out->fused_add_rms_norm = ctx->fused_add_rms_norm;
     out->mul_mat_id_routed = ctx->mul_mat_id_routed;
     out->mul_mat_id_gathered = ctx->mul_mat_id_gathered;
+    out->casts_shared = ctx->casts_shared;
     return CLM_OK;
 }
 

@@ -67,6 +67,18 @@ typedef struct cann_temp {
 /* MUL_MAT_ID's composition (CANN_LLM_MUL_MAT_ID): chosen per node, or forced. */
 typedef enum cann_mmid_path { CANN_MMID_AUTO = 0, CANN_MMID_GATHER = 1, CANN_MMID_ROUTED = 2 } cann_mmid_path;
 
+/* A contiguous copy of a product's activations (src1) in its compute dtype, made by the first of
+ * a graph's products of that source and shared by the later ones (Q/K/V, gate/up all cast the
+ * same normed hidden state to F16): run_nodes decides which copy to keep (keep, src, type) and
+ * frees it after its last user `until`; activations_as (ops_matmul.c) fills and uses it. */
+typedef struct cann_activation_copy {
+    const clm_tensor *src;
+    int32_t type;
+    bool keep;          /* the next cast of (src, type) is to be kept */
+    size_t until;       /* index of the last node that uses it */
+    cann_temp copy;     /* ptr NULL: nothing kept */
+} cann_activation_copy;
+
 /* One per backend: a stream on a device. */
 typedef struct cann_backend_ctx {
     int device;
@@ -85,6 +97,8 @@ typedef struct cann_backend_ctx {
     int64_t fused_add_rms_norm;        /* ADD+RMS_NORM+MUL sequences launched as one aclnnAddRmsNorm */
     HcclComm comm;                     /* tensor parallelism (ops_comm.c), NULL without */
     int32_t comm_ranks, comm_rank;
+    cann_activation_copy act;          /* within run_nodes: the shared cast of a product's activations */
+    int64_t casts_shared;              /* products that used it instead of casting again */
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
@@ -160,7 +174,8 @@ static inline bool cann_is_float_type(int32_t t) {
 static inline bool cann_is_wq_type(int32_t t) {
     return t == CLM_TYPE_Q8_0 || t == CLM_TYPE_Q4_0 || t == CLM_TYPE_Q4_1;
 }
-/* x in dtype `type`, contiguous: x's own data, or a pool temporary (cast / copy) in *tmp. */
+/* x in dtype `type`, contiguous: x's own data, the graph's shared cast of x (ctx->act), or a pool
+ * temporary (cast / copy) in *tmp. */
 clm_status cann_matmul_activations(cann_backend_ctx *ctx, const clm_tensor *x, int32_t type, cann_temp *tmp,
                                    void **data);
 /* dst (F32, contiguous) <- the contiguous result at data in `type`. */
@@ -173,6 +188,9 @@ bool cann_supports_cpy(const clm_tensor *op);
 clm_status cann_op_cpy(cann_backend_ctx *ctx, clm_tensor *dst);     /* CPY, DUP, CONT */
 bool cann_supports_mul_mat(const clm_tensor *op);
 clm_status cann_op_mul_mat(cann_backend_ctx *ctx, clm_tensor *dst);
+/* Whether a MUL_MAT node casts (or copies) its src1 into a contiguous temporary of
+ * *type before multiplying: the products whose casts a graph can share. */
+bool cann_mul_mat_casts_src1(const clm_tensor *node, int32_t *type);
 bool cann_supports_mul_mat_id(const clm_tensor *op);
 clm_status cann_op_mul_mat_id(cann_backend_ctx *ctx, clm_tensor *dst);
 bool cann_supports_get_rows(const clm_tensor *op);

@@ -35,11 +35,38 @@ bool cann_supports_mul_mat(const clm_tensor *op) {
            int4_ok;
 }
 
+/* The dtype a product computes its activations in: F16 for quantized weights (WQBMM's x), F32
+ * for F16 / F32 weights (the pair promotes, so the F32 dst is written directly), BF16 for BF16
+ * weights. */
+static int32_t compute_type(const clm_tensor *w) {
+    return !cann_is_float_type(w->type) ? CLM_TYPE_F16 : w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type;
+}
+
+/* MUL_MAT only: MUL_MAT_ID's activation dtype depends on its composition (ops_mul_mat_id.c), so
+ * it never asks for a kept copy, though it uses one that holds its x in its dtype. */
+bool cann_mul_mat_casts_src1(const clm_tensor *node, int32_t *type) {
+    if (node->op != CLM_OP_MUL_MAT) return false;
+    const clm_tensor *w = node->src[0], *x = node->src[1];
+    if (w == NULL || x == NULL || !cann_supports_mul_mat(node)) return false;
+    *type = compute_type(w);
+    bool float_in_place = cann_is_float_type(w->type) && x->type == *type; /* read through its strides */
+    return !float_in_place && !(x->type == *type && clm_is_contiguous(x));
+}
+
+/* The graph's shared copy (ctx->act, kept by run_nodes for later products of the same source) is
+ * used when it holds x in `type`; when run_nodes asked for this node's copy to be kept, the new
+ * temporary becomes the shared one and the caller gets nothing to free. */
 clm_status cann_matmul_activations(cann_backend_ctx *ctx, const clm_tensor *x, int32_t type, cann_temp *tmp,
                                    void **data) {
     tmp->ptr = NULL, tmp->size = 0, tmp->pool = NULL;
     if (x->type == type && clm_is_contiguous(x)) {
         *data = x->data;
+        return CLM_OK;
+    }
+    cann_activation_copy *act = &ctx->act;
+    if (act->copy.ptr != NULL && act->src == x && act->type == type) {
+        *data = act->copy.ptr;
+        ctx->casts_shared++;
         return CLM_OK;
     }
     size_t es = clm_type_size(type);
@@ -60,7 +87,12 @@ clm_status cann_matmul_activations(cann_backend_ctx *ctx, const clm_tensor *x, i
     }
     cann_destroy_tensors(2, src, dst);
     *data = tmp->ptr;
-    if (st != CLM_OK) cann_temp_free(tmp);
+    if (st != CLM_OK) {
+        cann_temp_free(tmp);
+    } else if (act->keep && act->copy.ptr == NULL && act->src == x && act->type == type) {
+        act->copy = *tmp; /* kept for the later products: run_nodes frees it */
+        *tmp = (cann_temp){0};
+    }
     return st;
 }
 
@@ -81,7 +113,7 @@ static clm_status mul_mat_float(cann_backend_ctx *ctx, clm_tensor *dst) {
     /* F16 weights take F32 activations: the pair promotes to F32, so out is the F32 dst itself
      * and results beyond F16's 65504 stay finite (F16 x F16 would need an F16 out). BF16 does not
      * promote with F32 on A2: BF16 activations and a BF16 result (BF16's range is F32's). */
-    int32_t ct = w->type == CLM_TYPE_F16 ? CLM_TYPE_F32 : w->type; /* activation and out dtype */
+    int32_t ct = compute_type(w); /* activation and out dtype */
     int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
     int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
     size_t wes = clm_type_size(w->type), xes = clm_type_size(x->type);

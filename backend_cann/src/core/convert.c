@@ -1,6 +1,7 @@
 /* convert.c - host-side type conversion: dequantizers (ggml block formats, K-quants included),
  * ggml's reference quantizers for Q8_0 / Q4_0 / Q4_1 (same rounding, so the bytes match
- * gguf.quants), F16 / BF16 encoders, and the direct Q4_K -> Q4_1 sub-block mapping.
+ * gguf.quants), F16 / BF16 encoders, and the direct mappings Q4_K -> Q4_1 (sub-blocks) and
+ * Q5_0 -> Q8_0 (exact).
  * Used by the loader to convert weights at load and by `cann-llm quantize`.
  */
 #pragma GCC optimize("fp-contract=off")
@@ -355,6 +356,23 @@ static void q4_k_to_q4_1(const uint8_t *b, uint8_t *o, int64_t n) {
     }
 }
 
+/* Q5_0 -> Q8_0 exactly: a Q5_0 value is (q - 16) * d with q - 16 in [-16, 15], so the Q8_0 block
+ * with the same fp16 d and quants q - 16 holds the very same values (requantizing through F32
+ * would round them to a new scale). */
+static void q5_0_to_q8_0(const uint8_t *b, uint8_t *o, int64_t n) {
+    for (int64_t i = 0; i < n / QK; i++, b += 22, o += 34) {
+        uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+        const uint8_t *qs = b + 6;
+        o[0] = b[0], o[1] = b[1];
+        for (int j = 0; j < 16; j++) {
+            int x0 = (qs[j] & 0xf) | (int)(((qh >> j) << 4) & 0x10);
+            int x1 = (qs[j] >> 4) | (int)((qh >> (j + 12)) & 0x10);
+            o[2 + j] = (uint8_t)(int8_t)(x0 - 16);
+            o[18 + j] = (uint8_t)(int8_t)(x1 - 16);
+        }
+    }
+}
+
 /* ---- public entry points ------------------------------------------------------------------ */
 static clm_status check_count(const char *what, int32_t t, int64_t n) {
     int64_t bs = clm_type_block_size(t);
@@ -409,6 +427,10 @@ clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void
     }
     if (src_type == CLM_TYPE_Q4_K && dst_type == CLM_TYPE_Q4_1) {
         q4_k_to_q4_1(src, dst, n_elements);
+        return CLM_OK;
+    }
+    if (src_type == CLM_TYPE_Q5_0 && dst_type == CLM_TYPE_Q8_0) {
+        q5_0_to_q8_0(src, dst, n_elements);
         return CLM_OK;
     }
     /* generic: dequantize a chunk to f32, quantize it; CHUNK is a multiple of every block size */
