@@ -11,7 +11,9 @@
  *     c = ((tot[0..7] + tot[8..15]) pairwise halved down to one lane)
  * The dequantized b is the same F32 value wherever it is made (a lookup table of the 16 INT4
  * values per (column, group), a block decoded in registers, or an unpacked F32 panel), and scalar
- * code uses fmaf, which rounds like the hardware FMA, so all paths agree bit for bit.
+ * code uses fmaf, which rounds like the hardware FMA, so all paths agree bit for bit. Kernels may
+ * keep a lane vector in memory between k steps and reduce many accumulators at once (the AVX-512
+ * panel kernel: 16 at a time, with the same pairings), which changes no bit.
  * K is padded with zeros to a multiple of 32 (kp) in both panels.
  */
 #ifndef AH_GEMM_H
