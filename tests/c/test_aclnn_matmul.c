@@ -653,10 +653,24 @@ static void bench_case(bench_type type, int64_t k, int64_t n, int64_t m, double 
 /* CT_BENCH=1: the products of SmolLM2-135M (n_embd 576, ffn 1536, 3 KV heads of 64, vocabulary
  * 49152) and of a Qwen2.5-0.5B shape (896, 4864, 2 KV heads, 151936 split in 65535-column chunks),
  * decode (m = 1, weights from memory), batched decode (m = 8) and prefill (m = 512, from cache).
- * CT_BENCH=quick: SmolLM2's m = 1 and 512 only. CT_BENCH_TYPES=Q4_0,Q8_0,... picks types. */
+ * CT_BENCH=quick: SmolLM2's m = 1 and 512 only. CT_BENCH_TYPES=Q4_0,Q8_0,... picks types.
+ * CT_BENCH=one:TYPE:K:N:M:ROUNDS[:MB]: that one product ROUNDS times, its weights in cache or cycled
+ * over MB megabytes of copies (for a profiler). */
 static void bench_all(void) {
-    const char *sel = getenv("CT_BENCH_TYPES");
-    bool quick = strcmp(getenv("CT_BENCH"), "quick") == 0;
+    const char *sel = getenv("CT_BENCH_TYPES"), *mode = getenv("CT_BENCH");
+    char tname[8];
+    long long k, n, m;
+    int rounds;
+    double mem_bytes = 0;
+    if (sscanf(mode, "one:%7[^:]:%lld:%lld:%lld:%d:%lf", tname, &k, &n, &m, &rounds, &mem_bytes) >= 5) {
+        static const char *tn[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+        for (int ty = 0; ty < 4; ty++)
+            if (strcmp(tname, tn[ty]) == 0)
+                for (int r = 0; r < rounds; r++)
+                    bench_case((bench_type)ty, k, n, m, mem_bytes * 1e6);
+        return;
+    }
+    bool quick = strcmp(mode, "quick") == 0;
     static const int64_t smol[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152}};
     static const int64_t qwen[][2] = {{896, 896}, {896, 128}, {896, 4864}, {4864, 896}, {896, 65535}};
     static const char *names[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};

@@ -21,13 +21,15 @@
  * in registers as they are read, in place in the cache: both widenings are exact); each score is
  * one F32 dot product over D in a fixed order (16 lanes, lane l takes d = l mod 16, then a fixed
  * pairwise tree), times scale, plus the pse widened to F32; a row's softmax is two-pass
- * (exact max, then exp(s - max) in F32, row sum in F64); the probabilities are rounded to the
+ * (exact max, then exp(s - max) in F32, row sum in F64 over 16 lanes); the probabilities are rounded to the
  * input dtype (the cube unit multiplies F16/BF16 operands) and P . V accumulates in F64 (each
  * product of two F16/BF16 values is exact there); out = acc / sum, rounded to F32, then to the
  * output dtype, nearest even. The F64 sums make a row's output independent of the order of its
  * keys, so a sequence whose cells are scattered, reordered by preemption or shared from a cached
  * prefix gets the bits it gets with its keys in position order (the NPU sums in F32 in its own
- * tiling order; the outputs agree within F16 rounding). A position masked to -inf (attenMask,
+ * tiling order; the outputs agree within F16 rounding). exp is acl_host's own (ah_exp.h: 1 ulp,
+ * 16 or 8 lanes at a time, the same bits one at a time) and the row sum takes element t in lane
+ * t mod 16, folded in a fixed tree. A position masked to -inf (attenMask,
  * window, or a -inf pse) takes no part. A row with every position masked gives zeros (the
  * innerPrecise row-invalid correction, applied in every mode) and softmaxLse +inf; a row with a
  * NaN score (NaN in q or k) comes out NaN, as IEEE softmax gives, never as quiet zeros. innerPrecise
@@ -47,6 +49,7 @@
 #include <string.h>
 
 #include "ah_convert.h"
+#include "ah_exp.h"
 #include "ah_tensor.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -436,7 +439,7 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
     for (int64_t r = 0; r < R; r++) {
         const int64_t n = w->n_live[r];
         float *srow = scores + r * S, m = -INFINITY;
-        double sum = 0.0;
+        double sum;
         bool nan = false;
         for (int64_t t = 0; t < n; t++) {
             m = srow[t] > m ? srow[t] : m;
@@ -452,11 +455,7 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
             w->rsum[r] = 0.0;
             continue;
         }
-        for (int64_t t = 0; t < n; t++) {
-            float e = srow[t] == -INFINITY ? 0.0f : expf(srow[t] - m);
-            sum += (double)e;
-            srow[t] = e;
-        }
+        sum = ah_exp_sub_row_sum(srow, n, m); /* exp(-inf - m) is 0 */
         if (dt == ACL_FLOAT16) {
             ah_f32_to_f16_row(srow, w->p16, n);
             ah_f16_to_f32_row(w->p16, srow, n);
