@@ -650,12 +650,100 @@ static void bench_case(bench_type type, int64_t k, int64_t n, int64_t m, double 
     free(dw), free(ds), free(ex), free(keep), free(hw), free(hp), free(hx);
 }
 
+/* The matmuls of one SmolLM2-135M decode token (30 layers of q, k, v, o, gate, up, down in `type`,
+ * then the 576 x 49152 Q8_0 output layer), each weight its own copy (92 MiB for Q4_1, so weights
+ * come from memory as in decode), launched back to back with one synchronize: ms per token, median
+ * of `rounds`. */
+static void bench_token(bench_type type, int rounds) {
+    static const char *names[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+    static const int64_t shapes[7][2] = {{576, 576}, {576, 192}, {576, 192}, {576, 576},
+                                         {576, 1536}, {576, 1536}, {1536, 576}};
+    enum { NL = 30, NOPS = NL * 7 + 1 };
+    aclOpExecutor *ex[NOPS];
+    aclTensor *keep[NOPS * 4];
+    void *mem[NOPS * 3];
+    int nk = 0, nm = 0;
+    memset(keep, 0, sizeof keep);
+    int64_t kmax = 1536;
+    void *dx = dev_alloc((size_t)kmax * 4), *dy = dev_alloc((size_t)49152 * 4);
+    uint16_t *hx = malloc((size_t)kmax * 4);
+    for (int64_t i = 0; i < kmax * 2; i++)
+        hx[i] = f16((float)urand());
+    CHECK(aclrtMemcpy(dx, (size_t)kmax * 4, hx, (size_t)kmax * 4, ACL_MEMCPY_HOST_TO_DEVICE) == 0);
+    double wbytes_total = 0;
+    for (int op = 0; op < NOPS; op++) {
+        bool out = op == NOPS - 1;
+        bench_type ty = out ? BQ8_0 : type;
+        int64_t k = out ? 576 : shapes[op % 7][0], n = out ? 49152 : shapes[op % 7][1], ng = k / 32;
+        size_t wb = ty == BF16W ? (size_t)(k * n) * 2 : ty == BQ8_0 ? (size_t)(k * n) : (size_t)(k * n) / 2;
+        uint8_t *hw = malloc(wb);
+        for (size_t i = 0; i < wb; i++)
+            hw[i] = (uint8_t)irand(256);
+        if (ty == BF16W)
+            for (size_t i = 0; i < wb / 2; i++)
+                ((uint16_t *)(void *)hw)[i] = f16((float)urand() * 0.05f);
+        void *dw = dev_from(hw, wb);
+        free(hw);
+        mem[nm++] = dw;
+        wbytes_total += (double)wb;
+        int64_t xd[2] = {1, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {ng, n}, sst[2] = {1, ng}, yd[2] = {1, n};
+        uint64_t ws = 0;
+        aclTensor *tx = tensor(xd, 2, ty == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dx);
+        aclTensor *ty_ = tensor(yd, 2, ty == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dy);
+        keep[nk++] = tx, keep[nk++] = ty_;
+        if (ty == BF16W) {
+            aclTensor *tw = tensor(wd, 2, ACL_FLOAT16, wst, dw);
+            keep[nk++] = tw;
+            CHECK(aclnnMmGetWorkspaceSize(tx, tw, ty_, 1, &ws, &ex[op]) == 0);
+        } else {
+            uint16_t *hp = malloc((size_t)(ng * n) * 2);
+            for (int64_t i = 0; i < ng * n; i++)
+                hp[i] = f16((float)(0.01 + 0.02 * fabs(urand())));
+            void *dp = dev_from(hp, (size_t)(ng * n) * 2);
+            free(hp);
+            mem[nm++] = dp;
+            wbytes_total += (double)(ng * n) * (ty == BQ4_1 ? 4 : 2);
+            aclTensor *tw = tensor(wd, 2, ty == BQ8_0 ? ACL_INT8 : ACL_INT4, wst, dw);
+            aclTensor *ts = tensor(sd, 2, ACL_FLOAT16, sst, dp);
+            keep[nk++] = tw, keep[nk++] = ts;
+            CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(tx, tw, ts, ty == BQ4_1 ? ts : NULL, NULL, NULL,
+                                                                NULL, 32, ty_, &ws, &ex[op]) == 0);
+        }
+        CHECK(aclSetAclOpExecutorRepeatable(ex[op]) == 0);
+    }
+    double *t = malloc((size_t)rounds * sizeof *t);
+    for (int r = -2; r < rounds; r++) {
+        double t0 = now();
+        for (int op = 0; op < NOPS; op++) {
+            if (type == BF16W && op < NOPS - 1)
+                aclnnMm(NULL, 0, ex[op], stream);
+            else
+                aclnnWeightQuantBatchMatmulV2(NULL, 0, ex[op], stream);
+        }
+        CHECK(sync_ok());
+        if (r >= 0)
+            t[r] = now() - t0;
+    }
+    qsort(t, (size_t)rounds, sizeof t[0], cmp_double);
+    printf("bench token %s: %.3f ms (min %.3f), %.1f MB of weights, %.1f GB/s\n", names[type], t[rounds / 2] * 1e3,
+           t[0] * 1e3, wbytes_total * 1e-6, wbytes_total / t[rounds / 2] * 1e-9);
+    free(t);
+    for (int op = 0; op < NOPS; op++)
+        aclDestroyAclOpExecutor(ex[op]);
+    for (int i = 0; i < nk; i++)
+        aclDestroyTensor(keep[i]);
+    for (int i = 0; i < nm; i++)
+        aclrtFree(mem[i]);
+    aclrtFree(dx), aclrtFree(dy);
+    free(hx);
+}
+
 /* CT_BENCH=1: the products of SmolLM2-135M (n_embd 576, ffn 1536, 3 KV heads of 64, vocabulary
  * 49152) and of a Qwen2.5-0.5B shape (896, 4864, 2 KV heads, 151936 split in 65535-column chunks),
  * decode (m = 1, weights from memory), batched decode (m = 8) and prefill (m = 512, from cache).
  * CT_BENCH=quick: SmolLM2's m = 1 and 512 only. CT_BENCH_TYPES=Q4_0,Q8_0,... picks types.
  * CT_BENCH=one:TYPE:K:N:M:ROUNDS[:MB]: that one product ROUNDS times, its weights in cache or cycled
- * over MB megabytes of copies (for a profiler). */
+ * over MB megabytes of copies (for a profiler). CT_BENCH=token[:ROUNDS]: bench_token. */
 static void bench_all(void) {
     const char *sel = getenv("CT_BENCH_TYPES"), *mode = getenv("CT_BENCH");
     char tname[8];
@@ -668,6 +756,14 @@ static void bench_all(void) {
             if (strcmp(tname, tn[ty]) == 0)
                 for (int r = 0; r < rounds; r++)
                     bench_case((bench_type)ty, k, n, m, mem_bytes * 1e6);
+        return;
+    }
+    if (strncmp(mode, "token", 5) == 0) { /* CT_BENCH=token[:ROUNDS] */
+        int r = mode[5] == ':' ? atoi(mode + 6) : 20;
+        static const char *tn[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+        for (int ty = 0; ty < 4; ty++)
+            if (!sel || strstr(sel, tn[ty]))
+                bench_token((bench_type)ty, r > 0 ? r : 20);
         return;
     }
     bool quick = strcmp(mode, "quick") == 0;

@@ -295,6 +295,75 @@ static T5 void q4m1_run_avx512(const ah_gemm_quant *q) {
     }
 }
 
+/* The decode case m = 1 for INT8 columns (the Q8_0 output layer of the default model, Q8_0
+ * files): as q4m1_block, each half widened (vpmovsxbd, vcvtdq2ps), + offset, * scale, then the two
+ * FMAs; Q4_RN columns at once, one flat loop over the blocks for 32-element groups. */
+static inline __attribute__((always_inline)) T5 void q8m1_block(const ah_gemm_quant *q, int64_t j0, int rn,
+                                                               bool offs, bool g1) {
+    enum { RN = Q4_RN };
+    const int64_t nblk = q->kp / 32, gblk = g1 ? 1 : q->group / 32, ldw = q->ldw, lds = q->lds;
+    const int8_t *w = q->w + j0 * ldw;
+    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
+    const float *a = q->a;
+    const char *pf = (const char *)w + AH_GEMM_PF_BYTES; /* see quant_block */
+    const int64_t pf_step = ldw * rn / nblk;
+    __m512 tot[RN];
+    for (int c = 0; c < rn; c++)
+        tot[c] = _mm512_setzero_ps();
+    for (int64_t b0 = 0, g = 0; b0 < nblk; b0 += gblk, g++) {
+        const int64_t b1 = g1 ? b0 + 1 : (b0 + gblk < nblk ? b0 + gblk : nblk);
+        __m512 sv[RN], ov[RN];
+        for (int c = 0; c < rn; c++) {
+            if (offs)
+                ov[c] = _mm512_set1_ps(of[c * lds + g]);
+            if (sc)
+                sv[c] = _mm512_set1_ps(sc[c * lds + g]);
+        }
+        for (int64_t blk = b0; blk < b1; blk++) {
+            for (int64_t off = 0; off < pf_step; off += 64)
+                __builtin_prefetch(pf + blk * pf_step + off);
+            const __m512 alo = _mm512_loadu_ps(a + blk * 32), ahi = _mm512_loadu_ps(a + blk * 32 + 16);
+            for (int c = 0; c < rn; c++) {
+                __m512 lo = a5_i8(w + c * ldw + blk * 32), hi = a5_i8(w + c * ldw + blk * 32 + 16);
+                if (offs) {
+                    lo = _mm512_add_ps(lo, ov[c]);
+                    hi = _mm512_add_ps(hi, ov[c]);
+                }
+                if (sc) {
+                    lo = _mm512_mul_ps(lo, sv[c]);
+                    hi = _mm512_mul_ps(hi, sv[c]);
+                }
+                tot[c] = _mm512_fmadd_ps(alo, lo, tot[c]);
+                tot[c] = _mm512_fmadd_ps(ahi, hi, tot[c]);
+            }
+        }
+    }
+    for (int c = 0; c < rn; c++)
+        q->c[j0 + c] = a5_reduce(tot[c]);
+}
+
+static inline __attribute__((always_inline)) T5 void q8m1_cols(const ah_gemm_quant *q, bool offs, bool g1) {
+    int64_t j = 0;
+    for (; j + Q4_RN <= q->n; j += Q4_RN)
+        q8m1_block(q, j, Q4_RN, offs, g1);
+    for (; j < q->n; j++)
+        q8m1_block(q, j, 1, offs, g1);
+}
+
+static T5 void q8m1_run_avx512(const ah_gemm_quant *q) {
+    if (q->group == 32) {
+        if (q->offsets)
+            q8m1_cols(q, true, true);
+        else
+            q8m1_cols(q, false, true);
+    } else {
+        if (q->offsets)
+            q8m1_cols(q, true, false);
+        else
+            q8m1_cols(q, false, false);
+    }
+}
+
 /* Several rows (batched decode), INT4 with 32-element groups on AVX-512: per block of Q4_RN
  * columns, row chunks of at most Q4_RM rows each run the whole K with the same per-element
  * sequence as q4m1_block; the columns are dequantized once per block and chunk (2 FMAs per row
@@ -630,6 +699,8 @@ void ah_gemm_run_quant(const ah_gemm_quant *q) {
     case AH_ISA_AVX512:
         if (q->m == 1 && q->int4)
             q4m1_run_avx512(q);
+        else if (q->m == 1)
+            q8m1_run_avx512(q);
         else if (q->int4 && q->group == 32)
             q4mr_run_avx512(q);
         else if (!q->int4 && q->group == 32 && q->m > 1)

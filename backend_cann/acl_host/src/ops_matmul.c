@@ -13,6 +13,7 @@
  * Work is split over output columns (never over K); every output element follows one fixed
  * sequence, so results do not depend on m, the other rows or the thread count.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,10 +74,72 @@ static char *tensor_base(const aclTensor *t) {
     return (char *)t->data + t->offset * (int64_t)ah_dtype_size(t->dtype);
 }
 
-/* Columns per tile so that a tile of F32 columns stays around 192 KiB, a multiple of 6. */
-static int64_t tile_cols(int64_t kp) {
-    int64_t nt = (int64_t)(49152 / kp) / 6 * 6;
-    return nt < 6 ? 6 : nt > 96 ? 96 : nt;
+/* Columns per tile of an n-column product: a tile of F32 columns (a panel the rows are multiplied
+ * by, kp floats each) stays within about 512 KiB, so it is read from L2 by every row, and the
+ * tiles come in a multiple of the pool's size where there are several, so the threads get the same
+ * share (n = 192 on 2 threads: 4 tiles of 48, not 84 + 84 + 24). A multiple of 6 (the AVX-512 panel
+ * kernel's register tile). Tile boundaries change no result bit (every element has its own
+ * sequence). */
+static int64_t tile_cols(int64_t kp, int64_t n) {
+    int64_t most = (int64_t)(131072 / kp) / 6 * 6;
+    most = most < 6 ? 6 : most > 96 ? 96 : most;
+    int64_t tiles = (n + most - 1) / most, threads = ah_n_threads();
+    if (tiles > 1 && threads > 1)
+        tiles = (tiles + threads - 1) / threads * threads;
+    int64_t nt = round_up((n + tiles - 1) / tiles, 6);
+    return nt < most ? nt : most;
+}
+
+/* Scratch memory of the calling thread (pool workers and stream threads run the kernels): one
+ * buffer per slot, kept between calls so that a product does not map and fault in fresh pages
+ * (prefill's activation panel is over a MiB); a request over SCRATCH_KEEP bytes is served and then
+ * released. Freed when the thread ends. NULL when out of memory. */
+#define SCRATCH_SLOTS 2
+#define SCRATCH_KEEP ((size_t)8 << 20)
+typedef struct scratch {
+    void *p[SCRATCH_SLOTS];
+    size_t cap[SCRATCH_SLOTS];
+} scratch;
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *v) {
+    scratch *s = v;
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        free(s->p[i]);
+    free(s);
+}
+
+static void scratch_key_init(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
+
+static void *scratch_get(int slot, size_t bytes) {
+    (void)pthread_once(&g_scratch_once, scratch_key_init);
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    bytes = (bytes + 63) / 64 * 64;
+    if (s->cap[slot] < bytes) {
+        free(s->p[slot]);
+        s->p[slot] = aligned_alloc(64, bytes);
+        s->cap[slot] = s->p[slot] ? bytes : 0;
+    }
+    return s->p[slot];
+}
+
+/* Gives a scratch_get buffer back: kept unless it is larger than SCRATCH_KEEP. */
+static void scratch_done(int slot) {
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (s && s->cap[slot] > SCRATCH_KEEP) {
+        free(s->p[slot]);
+        s->p[slot] = NULL;
+        s->cap[slot] = 0;
+    }
 }
 
 /* ==== float products ================================================================================ */
@@ -138,7 +201,7 @@ static void mm_pack_a(void *vctx, int64_t begin, int64_t end) {
 static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
     const mm_ctx *c = vctx;
     const mm_geo *g = &c->p->geo;
-    float *bt = malloc((size_t)(c->nt * c->kp + g->m * c->nt) * sizeof(float));
+    float *bt = scratch_get(1, (size_t)(c->nt * c->kp + g->m * c->nt) * sizeof(float));
     if (!bt) {
         ((mm_ctx *)vctx)->failed = 1; /* reported by mm_run */
         return;
@@ -170,7 +233,7 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
             for (int64_t j = 0; j < nn; j++)
                 store_one(c->out->dtype, out, i * g->c_rs + (j0 + j) * g->c_cs, ct[i * c->nt + j]);
     }
-    free(bt);
+    scratch_done(1);
 }
 
 static aclError mm_run(const aclOpExecutor *ex, void *workspace) {
@@ -195,15 +258,15 @@ static aclError mm_run(const aclOpExecutor *ex, void *workspace) {
         return ACL_SUCCESS;
     }
     c.kp = round_up(g->k, AH_GEMM_KALIGN);
-    c.nt = tile_cols(c.kp);
+    c.nt = tile_cols(c.kp, g->n);
     c.ntiles = (g->n + c.nt - 1) / c.nt;
-    float *apack = malloc((size_t)(c.nb * g->m * c.kp) * sizeof(float));
+    float *apack = scratch_get(0, (size_t)(c.nb * g->m * c.kp) * sizeof(float));
     if (!apack)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
     ah_parallel_for(c.nb * g->m, 64, mm_pack_a, &c);
     ah_parallel_for(c.nb * c.ntiles, 1, mm_tiles, &c);
-    free(apack);
+    scratch_done(0);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     return ACL_SUCCESS;
@@ -410,7 +473,7 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     bool blocked = p->m > WQ_MAX_DIRECT_M;
     size_t need = (size_t)(2 * nt * c->ngroups) * sizeof(float) + (direct_cols ? 0 : nt * qbytes) +
                   (blocked ? (size_t)(nt * kp) * sizeof(float) : 0) + (size_t)(p->m * nt) * sizeof(float);
-    char *mem = malloc(need);
+    char *mem = scratch_get(1, need);
     if (!mem) {
         c->failed = 1;
         return;
@@ -487,7 +550,7 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
                     store_one(c->y->dtype, y, i * ys0 + (j0 + j) * ys1, ct[i * nt + j]);
         }
     }
-    free(mem);
+    scratch_done(1);
 }
 
 /* x rows as F32 [m][kp], zero padded; for INT4 weights each 32-block is reordered even elements
@@ -526,9 +589,9 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     c.kp = round_up(p->k, AH_GEMM_KALIGN);
     c.gsize = p->mode == SCALE_GROUP ? p->group : c.kp;
     c.ngroups = p->mode == SCALE_GROUP ? (p->k + p->group - 1) / p->group : 1;
-    c.nt = p->m > WQ_MAX_DIRECT_M ? tile_cols(c.kp) : 16;
+    c.nt = p->m > WQ_MAX_DIRECT_M ? tile_cols(c.kp, p->n) : 16;
     c.ntiles = (p->n + c.nt - 1) / c.nt;
-    float *apack = malloc((size_t)(p->m * c.kp) * sizeof(float));
+    float *apack = scratch_get(0, (size_t)(p->m * c.kp) * sizeof(float));
     if (!apack)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
@@ -543,7 +606,7 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     if (c.kp * p->n * p->m < (p->m > 1 ? WQ_MIN_PARALLEL_ROWS : WQ_MIN_PARALLEL))
         grain = c.ntiles;
     ah_parallel_for(c.ntiles, grain, wq_tiles, &c);
-    free(apack);
+    scratch_done(0);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     return ACL_SUCCESS;
