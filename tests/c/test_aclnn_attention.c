@@ -347,21 +347,39 @@ static void test_batch_invariance(void) {
     fa_free(&d);
 }
 
-/* --dump FILE: a fixed case's output bytes, for the thread-count comparison. */
+/* --dump FILE: fixed cases' output and softmaxLse bytes, for the thread-count and ISA comparison: a per-head pse
+ * (each row its own keys), and masks shared by the heads (the heads of a position computed
+ * together: groups of 7 and 3, D = 64 and 48). */
+static const fa_case dump_cases[] = {{2, 32, 8, 9, 150, 128, "BSND", true, 1},
+                                     {1, 14, 2, 40, 100, 64, "BSND", true, 2},
+                                     {2, 6, 2, 5, 70, 48, "BNSD", false, 0}};
+#define N_DUMP_CASES (sizeof dump_cases / sizeof dump_cases[0])
+
+static size_t dump_bytes(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < N_DUMP_CASES; i++)
+        n += (size_t)(dump_cases[i].B * dump_cases[i].N * dump_cases[i].Sq) * (size_t)(dump_cases[i].D * 2 + 4);
+    return n;
+}
+
 static int dump(const char *path) {
-    fa_case c = {2, 32, 8, 9, 150, 128, "BSND", true, 1};
-    fa_data d;
-    fa_fill(&c, &d);
-    fa_result r;
-    CHECK(fa_run(&c, &d, c.Sq, 0, 0.088, false, &r) == ACLNN_SUCCESS);
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
-    if (f) {
-        fwrite(r.out, 2, (size_t)(c.B * c.N * c.Sq * c.D), f);
-        fclose(f);
+    for (size_t i = 0; i < N_DUMP_CASES; i++) {
+        const fa_case c = dump_cases[i];
+        fa_data d;
+        fa_fill(&c, &d);
+        fa_result r;
+        CHECK(fa_run(&c, &d, c.Sq, 0, 0.088, true, &r) == ACLNN_SUCCESS);
+        if (f) { /* the output, and softmaxLse (F32: the last bits of the scores show there) */
+            fwrite(r.out, 2, (size_t)(c.B * c.N * c.Sq * c.D), f);
+            fwrite(r.lse, 4, (size_t)(c.B * c.N * c.Sq), f);
+        }
+        free(r.out), free(r.lse);
+        fa_free(&d);
     }
-    free(r.out), free(r.lse);
-    fa_free(&d);
+    if (f)
+        fclose(f);
     return 0;
 }
 
@@ -384,7 +402,7 @@ static char *dump_with(const char *self, const char *env, const char *tag, size_
 
 /* 1 vs 2 threads, and the scalar / AVX2 / best ISA paths, give the same bits. */
 static void test_thread_and_isa_invariance(const char *self) {
-    size_t n = 2 * 32 * 9 * 128 * 2;
+    size_t n = dump_bytes();
     const char *envs[][2] = {{"CANN_LLM_THREADS=1", "t1"}, {"CANN_LLM_THREADS=2", "t2"},
                              {"CANN_LLM_THREADS=2 CANN_LLM_HOST_ISA=avx2", "avx2"},
                              {"CANN_LLM_THREADS=2 CANN_LLM_HOST_ISA=scalar", "scalar"}};

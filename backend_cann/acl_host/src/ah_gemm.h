@@ -60,6 +60,10 @@ typedef struct ah_gemm_quant {
 
 void ah_gemm_run_quant(const ah_gemm_quant *q);
 
+/* Puts each 32-element block of a row (kp a multiple of 32) in the order the INT4 kernels read
+ * it: elements 0, 2, .., 30, then 1, 3, .., 31. */
+void ah_gemm_int4_order(float *row, int64_t kp);
+
 /* Dequantizes columns [0, n) of a quantized panel into F32 ((q + offset) * scale, the values
  * ah_gemm_run_quant multiplies by), in the order it reads them: column j to dst + j*ldd (kp floats). */
 void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd);

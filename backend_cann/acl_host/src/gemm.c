@@ -1,6 +1,7 @@
 /* gemm.c - the matmul micro-kernels (ah_gemm.h) for AVX-512, AVX2 + FMA and portable C, all
  * computing the same fused multiply-add sequence per output element (gemm_kernel.inc). */
 #include <math.h>
+#include <string.h>
 
 #include "ah_convert.h"
 #include "ah_gemm.h"
@@ -724,6 +725,35 @@ bool ah_gemm_run_f16(const ah_gemm_tile *t) {
 #endif
     (void)t;
     return false;
+}
+
+#ifdef AH_X86
+static T5 void int4_order_avx512(float *row, int64_t kp) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t k = 0; k < kp; k += 32) {
+        const __m512 lo = _mm512_loadu_ps(row + k), hi = _mm512_loadu_ps(row + k + 16);
+        _mm512_storeu_ps(row + k, _mm512_permutex2var_ps(lo, even, hi));
+        _mm512_storeu_ps(row + k + 16, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+}
+#endif
+
+void ah_gemm_int4_order(float *row, int64_t kp) {
+#ifdef AH_X86
+    if (isa_level() == AH_ISA_AVX512) {
+        int4_order_avx512(row, kp);
+        return;
+    }
+#endif
+    float blk[32];
+    for (int64_t k = 0; k < kp; k += 32) {
+        memcpy(blk, row + k, sizeof blk);
+        for (int e = 0; e < 16; e++) {
+            row[k + e] = blk[2 * e];
+            row[k + 16 + e] = blk[2 * e + 1];
+        }
+    }
 }
 
 void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd) {

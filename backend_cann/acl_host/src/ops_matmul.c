@@ -558,7 +558,6 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
 static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
     const wq_ctx *c = vctx;
     const wq_params *p = c->p;
-    float row[AH_GEMM_KALIGN];
     for (int64_t i = begin; i < end; i++) {
         float *dst = (float *)c->apack + i * c->kp;
         const char *base = tensor_base(c->x);
@@ -567,13 +566,7 @@ static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
         load_f32(c->x->dtype, base + i * rs * (int64_t)es, cs, p->k, dst);
         memset(dst + p->k, 0, (size_t)(c->kp - p->k) * sizeof(float));
         if (p->int4)
-            for (int64_t k0 = 0; k0 < c->kp; k0 += AH_GEMM_KALIGN) {
-                memcpy(row, dst + k0, sizeof row);
-                for (int e = 0; e < 16; e++) {
-                    dst[k0 + e] = row[2 * e];
-                    dst[k0 + 16 + e] = row[2 * e + 1];
-                }
-            }
+            ah_gemm_int4_order(dst, c->kp);
     }
 }
 
