@@ -23,6 +23,9 @@
 #include <stdint.h>
 
 #define AH_GEMM_KALIGN 32
+#ifndef AH_GEMM_PF_BYTES
+#define AH_GEMM_PF_BYTES 16384 /* how far ahead the decode kernels prefetch the columns they stream */
+#endif
 
 /* A tile product: m rows of a (row i at a + i*lda) times n columns of b (column j at b + j*ldb),
  * c[i*ldc + j]. ah_gemm_run_f16 reads the columns from b16 instead (F16, the same ldb). */

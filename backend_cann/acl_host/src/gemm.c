@@ -6,9 +6,6 @@
 #include "ah_convert.h"
 #include "ah_gemm.h"
 
-#ifndef AH_GEMM_PF_BYTES
-#define AH_GEMM_PF_BYTES 16384 /* how far ahead the decode kernel prefetches quantized columns */
-#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #define AH_X86 1

@@ -366,37 +366,77 @@ T5 __m512 reduce16_avx512(const __m512 *v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sum);
 }
 
+/* rn (constant after inlining) rows of one group, keys [t0, t0 + tn) */
+T5 void scores_rows_avx512(const float *const *q, int rn, const char *k, int64_t ks, const int32_t *keys,
+                           int64_t t0, int tn, int64_t D, __m512 vscale, float *const *s, bool bf16) {
+    __m512 part[FIA_MR][16];
+    for (int tt = 0; tt < tn; tt++) {
+        const char *row = k + keys[t0 + tt] * ks;
+        __m512 acc[FIA_MR];
+        for (int r = 0; r < rn; r++)
+            acc[r] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) {
+            const __m512 kv = load16_avx512(row + 2 * d, bf16);
+            for (int r = 0; r < rn; r++)
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_loadu_ps(q[r] + d), kv));
+        }
+        for (int r = 0; r < rn; r++)
+            part[r][tt] = acc[r];
+    }
+    const __mmask16 live = (__mmask16)((1u << tn) - 1u);
+    for (int r = 0; r < rn; r++) {
+        for (int tt = tn; tt < 16; tt++)
+            part[r][tt] = _mm512_setzero_ps();
+        float *sr = s[r] + t0;
+        __m512 y = _mm512_add_ps(_mm512_mul_ps(reduce16_avx512(part[r]), vscale), _mm512_maskz_loadu_ps(live, sr));
+        _mm512_mask_storeu_ps(sr, live, y);
+    }
+}
+
 T5 void scores_multi_avx512(const float *const *q, int nq, const char *k, int64_t ks, const int32_t *keys,
                             int64_t n, int64_t D, float scale, float *const *s, bool bf16) {
     const __m512 vscale = _mm512_set1_ps(scale);
-    __m512 part[FIA_MR][16];
     for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
         const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
         for (int64_t t0 = 0; t0 < n; t0 += 16) {
             const int tn = n - t0 < 16 ? (int)(n - t0) : 16;
-            for (int tt = 0; tt < tn; tt++) {
-                const char *row = k + keys[t0 + tt] * ks;
-                __m512 acc[FIA_MR];
-                for (int r = 0; r < rn; r++)
-                    acc[r] = _mm512_setzero_ps();
-                for (int64_t d = 0; d < D; d += 16) {
-                    const __m512 kv = load16_avx512(row + 2 * d, bf16);
-                    for (int r = 0; r < rn; r++)
-                        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_loadu_ps(q[r0 + r] + d), kv));
-                }
-                for (int r = 0; r < rn; r++)
-                    part[r][tt] = acc[r];
-            }
-            const __mmask16 live = (__mmask16)((1u << tn) - 1u);
-            for (int r = 0; r < rn; r++) {
-                for (int tt = tn; tt < 16; tt++)
-                    part[r][tt] = _mm512_setzero_ps();
-                float *sr = s[r0 + r] + t0;
-                __m512 y = _mm512_add_ps(_mm512_mul_ps(reduce16_avx512(part[r]), vscale), _mm512_maskz_loadu_ps(live, sr));
-                _mm512_mask_storeu_ps(sr, live, y);
+            switch (rn) {
+            case 1: scores_rows_avx512(q + r0, 1, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            case 2: scores_rows_avx512(q + r0, 2, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            case 3: scores_rows_avx512(q + r0, 3, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            default: scores_rows_avx512(q + r0, 4, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
             }
         }
     }
+}
+
+/* rn (constant after inlining) rows of one group, `half` 16-element halves of the d-block at d0 */
+T5 void pv_rows_avx512(double *const *acc, const float *const *p, int rn, const char *v, int64_t vs,
+                       const int32_t *keys, int64_t n, int64_t d0, int half, bool bf16) {
+    __m512d a[FIA_MR][4];
+    for (int r = 0; r < rn; r++)
+        for (int c = 0; c < 2 * half; c++)
+            a[r][c] = _mm512_loadu_pd(acc[r] + d0 + 8 * c);
+    for (int64_t t = 0; t < n; t++) {
+        const char *row = v + keys[t] * vs + 2 * d0;
+        __m512d x[4];
+        for (int hh = 0; hh < half; hh++) {
+            const __m512 w16 = load16_avx512(row + 32 * hh, bf16);
+            x[2 * hh] = _mm512_cvtps_pd(_mm512_castps512_ps256(w16));
+            x[2 * hh + 1] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w16), 1)));
+        }
+        for (int r = 0; r < rn; r++) {
+            const float pr = p[r][t];
+            if (pr == 0.0f)
+                continue;
+            const __m512d pv = _mm512_set1_pd((double)pr);
+            for (int c = 0; c < 2 * half; c++)
+                a[r][c] = _mm512_fmadd_pd(pv, x[c], a[r][c]);
+        }
+    }
+    for (int r = 0; r < rn; r++)
+        for (int c = 0; c < 2 * half; c++)
+            _mm512_storeu_pd(acc[r] + d0 + 8 * c, a[r][c]);
 }
 
 T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const char *v, int64_t vs,
@@ -404,31 +444,17 @@ T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const
     for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
         const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
         for (int64_t d0 = 0; d0 < D; d0 += 32) {
-            const int half = D - d0 < 32 ? 1 : 2; /* 16 or 32 elements of the row */
-            __m512d a[FIA_MR][4];
-            for (int r = 0; r < rn; r++)
-                for (int c = 0; c < 2 * half; c++)
-                    a[r][c] = _mm512_loadu_pd(acc[r0 + r] + d0 + 8 * c);
-            for (int64_t t = 0; t < n; t++) {
-                const char *row = v + keys[t] * vs + 2 * d0;
-                __m512d x[4];
-                for (int hh = 0; hh < half; hh++) {
-                    const __m512 w16 = load16_avx512(row + 32 * hh, bf16);
-                    x[2 * hh] = _mm512_cvtps_pd(_mm512_castps512_ps256(w16));
-                    x[2 * hh + 1] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w16), 1)));
-                }
-                for (int r = 0; r < rn; r++) {
-                    const float pr = p[r0 + r][t];
-                    if (pr == 0.0f)
-                        continue;
-                    const __m512d pv = _mm512_set1_pd((double)pr);
-                    for (int c = 0; c < 2 * half; c++)
-                        a[r][c] = _mm512_fmadd_pd(pv, x[c], a[r][c]);
-                }
+            const bool full = D - d0 >= 32; /* 32 or 16 elements of the row */
+#define PV_ROWS(R)                                                                                   \
+    (full ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 2, bf16)                          \
+          : pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 1, bf16))
+            switch (rn) {
+            case 1: PV_ROWS(1); break;
+            case 2: PV_ROWS(2); break;
+            case 3: PV_ROWS(3); break;
+            default: PV_ROWS(4); break;
             }
-            for (int r = 0; r < rn; r++)
-                for (int c = 0; c < 2 * half; c++)
-                    _mm512_storeu_pd(acc[r0 + r] + d0 + 8 * c, a[r][c]);
+#undef PV_ROWS
         }
     }
 }

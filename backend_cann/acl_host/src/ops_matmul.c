@@ -217,6 +217,9 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
         ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp, .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
                           .b16 = (const uint16_t *)(const void *)bcols, .ldb = g->b_cs, .c = ct, .ldc = c->nt};
         bool direct = c->b->dtype == ACL_FLOAT16 && g->b_rs == 1 && g->k == c->kp && g->m <= MM_MAX_DIRECT_M;
+        if (direct && w == begin && g->b_cs == g->k) /* the chunk's first bytes in flight (see wq_tiles) */
+            for (int64_t off = 0; off < AH_GEMM_PF_BYTES && off < (g->n - j0) * g->k * 2; off += 64)
+                __builtin_prefetch(bcols + off);
         if (!direct || !ah_gemm_run_f16(&t)) {
             for (int64_t j = 0; j < nn; j++) {
                 float *col = bt + j * c->kp;
@@ -485,6 +488,14 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     const char *wbase = (const char *)c->w->data; /* int4 offsets count nibbles */
     int64_t w_off = c->w->offset;
     int64_t ws0 = c->w->strides[0], ws1 = c->w->strides[1]; /* along k, along n */
+    if (direct_cols && !blocked) {
+        /* the kernels prefetch AH_GEMM_PF_BYTES ahead of the column run they read: start the run
+         * with its first bytes in flight rather than as misses one after another */
+        int64_t e = w_off + begin * nt * ws1, bytes = (p->n - begin * nt) * (p->int4 ? ws1 / 2 : ws1);
+        const char *w0 = wbase + (p->int4 ? e / 2 : e);
+        for (int64_t off = 0; off < bytes && off < AH_GEMM_PF_BYTES; off += 64)
+            __builtin_prefetch(w0 + off);
+    }
     for (int64_t tile = begin; tile < end; tile++) {
         int64_t j0 = tile * nt, nn = p->n - j0 < nt ? p->n - j0 : nt;
         wq_gather_params(c, c->scale, j0, nn, sc);
