@@ -293,6 +293,13 @@ static void test_float_products(void) {
         CHECK(memcmp(hm, h64, (size_t)(hms[t] * n) * 2) == 0);
     }
     free(h64), free(hm);
+    /* a prefill whose rows go in two blocks (k = 8200: 20 + 20 rows) against the in-place decode
+     * path of its first 4 rows */
+    uint16_t *h40 = malloc((size_t)(40 * 7) * 2), *h4 = malloc((size_t)(4 * 7) * 2);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 40, 8200, 7, 0, h40) < 2e-3);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 4, 8200, 7, 0, h4) < 2e-3);
+    CHECK(memcmp(h4, h40, (size_t)(4 * 7) * 2) == 0);
+    free(h40), free(h4);
     /* Matmul with a 1-D self: (k) @ (k, n) -> (n) */
     {
         int64_t kk = 40, nn = 6, ad[1] = {kk}, bd[2] = {kk, nn}, yd[1] = {nn};
@@ -493,6 +500,8 @@ static uint64_t child_product_hash(void) {
      * multiples of its register tile */
     float_mm(ACL_FLOAT16, 1, 1, 70, 1100, 47, 0, yf);
     h ^= fnv(yf, (size_t)(70 * 47) * 2) * 11;
+    float_mm(ACL_FLOAT16, 1, 1, 40, 8200, 7, 0, yf); /* rows in two blocks */
+    h ^= fnv(yf, (size_t)(40 * 7) * 2) * 13;
     free(x), free(y), free(yf);
     wq_free(&d);
     /* a decode-sized (m = 1) product large enough to be split over the pool */
@@ -502,6 +511,15 @@ static uint64_t child_product_hash(void) {
     for (int64_t i = 0; i < big.k; i++) x[i] = f16((float)urand());
     wq_run(&d, x, 1, y);
     h ^= fnv(y, (size_t)big.n * 2) * 131;
+    free(x), free(y);
+    wq_free(&d);
+    /* a prefill product whose rows go in three blocks (k = 8192: 24 + 24 + 22 rows) */
+    wq_case tall = {70, 8192, 9, 1, 32, 1, 1, 0};
+    wq_make(&d, tall);
+    x = malloc((size_t)(70 * tall.k) * 2), y = malloc((size_t)(70 * tall.n) * 2);
+    for (int64_t i = 0; i < 70 * tall.k; i++) x[i] = f16((float)urand());
+    wq_run(&d, x, 70, y);
+    h ^= fnv(y, (size_t)(70 * tall.n) * 2) * 17;
     free(x), free(y);
     wq_free(&d);
     /* the batched-decode and generic kernels: Q4_0 / Q4_1 / Q8_0, groups of 32 and 64, per-channel,
@@ -817,6 +835,7 @@ int main(int argc, char **argv) {
     test_wq_batch_invariance((wq_case){0, 320, 37, 0, 32, 0, 1, 0});
     test_wq_batch_invariance((wq_case){0, 96, 21, 0, 0, 0, 1, 0});
     test_wq_batch_invariance((wq_case){0, 1056, 37, 1, 32, 1, 1, 0}); /* k cut into steps (prefill) */
+    test_wq_batch_invariance((wq_case){0, 8192, 13, 0, 32, 0, 1, 0}); /* rows in two blocks (prefill) */
     test_mm_mixed_range();
     test_wq_errors();
     test_float_products();
