@@ -8,10 +8,10 @@
  * per-tensor, per-channel or per-group scales: each weight is dequantized to the F32 value
  * (q + offset) * scale, then multiplied like an F32 weight (ah_gemm.h). Decode-sized m (one
  * row or a batch of decoding sequences, up to WQ_MAX_DIRECT_M) streams the quantized weight once
- * and dequantizes in registers for all rows, larger m dequantizes a tile of columns once and
- * reuses it.
- * Work is split over output columns (never over K); every output element follows one fixed
- * sequence, so results do not depend on m, the other rows or the thread count.
+ * and dequantizes in registers for all rows, larger m dequantizes a tile of columns once per
+ * block of rows and reuses it for them.
+ * Work is split over output columns and blocks of rows (never over K); every output element
+ * follows one fixed sequence, so results do not depend on m, the other rows or the thread count.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -233,9 +233,6 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
         ah_gemm_tile t = {.m = mm, .n = nn, .kp = c->kp, .a = c->apack + (bi * g->m + i0) * c->kp, .lda = c->kp,
                           .b16 = (const uint16_t *)(const void *)bcols, .ldb = g->b_cs, .c = ct, .ldc = c->nt};
         bool direct = c->b->dtype == ACL_FLOAT16 && g->b_rs == 1 && g->k == c->kp && g->m <= MM_MAX_DIRECT_M;
-        if (direct && w == begin && g->b_cs == g->k) /* the chunk's first bytes in flight (see wq_tiles) */
-            for (int64_t off = 0; off < AH_GEMM_PF_BYTES && off < (g->n - j0) * g->k * 2; off += 64)
-                __builtin_prefetch(bcols + off);
         if (!direct || !ah_gemm_run_f16(&t)) {
             for (int64_t j = 0; j < nn; j++) {
                 float *col = bt + j * c->kp;
@@ -512,14 +509,6 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     const char *wbase = (const char *)c->w->data; /* int4 offsets count nibbles */
     int64_t w_off = c->w->offset;
     int64_t ws0 = c->w->strides[0], ws1 = c->w->strides[1]; /* along k, along n */
-    if (direct_cols && !blocked) {
-        /* the kernels prefetch AH_GEMM_PF_BYTES ahead of the column run they read: start the run
-         * with its first bytes in flight rather than as misses one after another */
-        int64_t e = w_off + begin * nt * ws1, bytes = (p->n - begin * nt) * (p->int4 ? ws1 / 2 : ws1);
-        const char *w0 = wbase + (p->int4 ? e / 2 : e);
-        for (int64_t off = 0; off < bytes && off < AH_GEMM_PF_BYTES; off += 64)
-            __builtin_prefetch(w0 + off);
-    }
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t tile = unit % c->ntiles, i0 = unit / c->ntiles * c->mb;
         int64_t mm = p->m - i0 < c->mb ? p->m - i0 : c->mb;
