@@ -347,21 +347,39 @@ static void test_batch_invariance(void) {
     fa_free(&d);
 }
 
-/* --dump FILE: a fixed case's output bytes, for the thread-count comparison. */
+/* --dump FILE: fixed cases' output and softmaxLse bytes, for the thread-count and ISA comparison: a per-head pse
+ * (each row its own keys), and masks shared by the heads (the heads of a position computed
+ * together: groups of 7 and 3, D = 64 and 48). */
+static const fa_case dump_cases[] = {{2, 32, 8, 9, 150, 128, "BSND", true, 1},
+                                     {1, 14, 2, 40, 100, 64, "BSND", true, 2},
+                                     {2, 6, 2, 5, 70, 48, "BNSD", false, 0}};
+#define N_DUMP_CASES (sizeof dump_cases / sizeof dump_cases[0])
+
+static size_t dump_bytes(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < N_DUMP_CASES; i++)
+        n += (size_t)(dump_cases[i].B * dump_cases[i].N * dump_cases[i].Sq) * (size_t)(dump_cases[i].D * 2 + 4);
+    return n;
+}
+
 static int dump(const char *path) {
-    fa_case c = {2, 32, 8, 9, 150, 128, "BSND", true, 1};
-    fa_data d;
-    fa_fill(&c, &d);
-    fa_result r;
-    CHECK(fa_run(&c, &d, c.Sq, 0, 0.088, false, &r) == ACLNN_SUCCESS);
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
-    if (f) {
-        fwrite(r.out, 2, (size_t)(c.B * c.N * c.Sq * c.D), f);
-        fclose(f);
+    for (size_t i = 0; i < N_DUMP_CASES; i++) {
+        const fa_case c = dump_cases[i];
+        fa_data d;
+        fa_fill(&c, &d);
+        fa_result r;
+        CHECK(fa_run(&c, &d, c.Sq, 0, 0.088, true, &r) == ACLNN_SUCCESS);
+        if (f) { /* the output, and softmaxLse (F32: the last bits of the scores show there) */
+            fwrite(r.out, 2, (size_t)(c.B * c.N * c.Sq * c.D), f);
+            fwrite(r.lse, 4, (size_t)(c.B * c.N * c.Sq), f);
+        }
+        free(r.out), free(r.lse);
+        fa_free(&d);
     }
-    free(r.out), free(r.lse);
-    fa_free(&d);
+    if (f)
+        fclose(f);
     return 0;
 }
 
@@ -384,7 +402,7 @@ static char *dump_with(const char *self, const char *env, const char *tag, size_
 
 /* 1 vs 2 threads, and the scalar / AVX2 / best ISA paths, give the same bits. */
 static void test_thread_and_isa_invariance(const char *self) {
-    size_t n = 2 * 32 * 9 * 128 * 2;
+    size_t n = dump_bytes();
     const char *envs[][2] = {{"CANN_LLM_THREADS=1", "t1"}, {"CANN_LLM_THREADS=2", "t2"},
                              {"CANN_LLM_THREADS=2 CANN_LLM_HOST_ISA=avx2", "avx2"},
                              {"CANN_LLM_THREADS=2 CANN_LLM_HOST_ISA=scalar", "scalar"}};
@@ -629,7 +647,9 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void bench_one(int64_t N, int64_t KVN, int64_t Sq, int64_t Skv, int64_t D, int reps) {
+/* mask_only: a causal BOOL attenMask (Sq, Skv) shared by the heads, as the runner's prefill
+ * passes it, instead of the full-head pse */
+static void bench_one(int64_t N, int64_t KVN, int64_t Sq, int64_t Skv, int64_t D, int reps, bool mask_only) {
     int64_t nq = N * Sq * D, nk = KVN * Skv * D;
     uint16_t *h = malloc((size_t)(nq > nk ? nq : nk) * 2);
     for (int64_t i = 0; i < (nq > nk ? nq : nk); i++) h[i] = f16(urand());
@@ -639,36 +659,47 @@ static void bench_one(int64_t N, int64_t KVN, int64_t Sq, int64_t Skv, int64_t D
     for (int64_t i = 0; i < N * Sq; i++)
         for (int64_t j = 0; j < Skv; j++) ph[i * Skv + j] = f16(j > i % Sq + Skv - Sq ? -65504.0f : 0.0f);
     void *pd = dev_from(ph, (size_t)(N * Sq * Skv) * 2);
+    uint8_t *mh = malloc((size_t)(Sq * Skv));
+    for (int64_t i = 0; i < Sq; i++)
+        for (int64_t j = 0; j < Skv; j++) mh[i * Skv + j] = j > i + Skv - Sq;
+    void *md = dev_from(mh, (size_t)(Sq * Skv));
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         int64_t qdims[4] = {1, Sq, N, D}, kdims[4] = {1, Skv, KVN, D}, pdims[4] = {1, N, Sq, Skv};
         fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = 0.1, .layout = "BSND", .inner = Sq == 1 ? 0 : 2};
         a.q = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, qd), a.out = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, od);
         a.k = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, kd), a.v = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, vd);
-        a.pse = acl_view(pdims, 4, ACL_FLOAT16, NULL, 0, pd);
+        int64_t mdims[2] = {Sq, Skv};
+        if (mask_only)
+            a.mask = acl_view(mdims, 2, ACL_BOOL, NULL, 0, md);
+        else
+            a.pse = acl_view(pdims, 4, ACL_FLOAT16, NULL, 0, pd);
         double t0 = now();
         CHECK(fia(&a) == ACLNN_SUCCESS);
         double t = now() - t0;
         best = t < best ? t : best;
-        aclDestroyTensor(a.q), aclDestroyTensor(a.out), aclDestroyTensor(a.pse);
+        aclDestroyTensor(a.q), aclDestroyTensor(a.out), aclDestroyTensor(a.pse), aclDestroyTensor(a.mask);
     }
     if (Sq == 1)
         printf("  bench decode N=%lld/%lld Skv=%lld D=%lld: %.3f ms, %.1f GB/s of KV\n", (long long)N,
                (long long)KVN, (long long)Skv, (long long)D, best * 1e3, 2.0 * (double)nk * 2 / best / 1e9);
     else
-        printf("  bench prefill N=%lld/%lld Sq=%lld Skv=%lld D=%lld (causal): %.2f ms, %.1f GFLOPS (dense-equivalent "
+        printf("  bench prefill N=%lld/%lld Sq=%lld Skv=%lld D=%lld (causal, %s): %.2f ms, %.1f GFLOPS (dense-equivalent "
                "4*N*Sq*Skv*D), %.1f GFLOPS (unmasked half)\n",
-               (long long)N, (long long)KVN, (long long)Sq, (long long)Skv, (long long)D, best * 1e3,
+               (long long)N, (long long)KVN, (long long)Sq, (long long)Skv, (long long)D,
+               mask_only ? "shared mask" : "full-head pse", best * 1e3,
                4.0 * N * Sq * Skv * D / best / 1e9, 2.0 * N * Sq * Skv * D / best / 1e9);
-    aclrtFree(qd), aclrtFree(kd), aclrtFree(vd), aclrtFree(od), aclrtFree(pd);
-    free(h), free(ph);
+    aclrtFree(qd), aclrtFree(kd), aclrtFree(vd), aclrtFree(od), aclrtFree(pd), aclrtFree(md);
+    free(h), free(ph), free(mh);
 }
 
 static void bench(void) {
-    bench_one(32, 8, 1, 4096, 128, 10);
-    bench_one(9, 3, 1, 8192, 64, 10);
-    bench_one(32, 8, 512, 512, 128, 3);
-    bench_one(9, 3, 512, 512, 64, 3);
+    bench_one(32, 8, 1, 4096, 128, 10, false);
+    bench_one(9, 3, 1, 8192, 64, 10, false);
+    bench_one(32, 8, 512, 512, 128, 3, false);
+    bench_one(9, 3, 512, 512, 64, 3, false);
+    bench_one(9, 3, 512, 512, 64, 15, true);
+    bench_one(14, 2, 512, 512, 64, 15, true);
 }
 
 int main(int argc, char **argv) {

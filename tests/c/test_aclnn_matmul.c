@@ -3,7 +3,7 @@
  * channel scales, offsets, transposed views, bias), batch invariance (a row of an m=64 product is
  * bit-identical to the same row computed at m=1, 2..17, and with 1 vs 2 threads: the test re-runs
  * itself with CANN_LLM_THREADS set), IndexSelect / GatherV2 / RemainderTensorScalar, error codes.
- * CT_BENCH=1 prints decode GB/s and batched-decode / prefill GFLOPS for Q4_0-shaped weights.
+ * CT_BENCH=1 prints the time and weights/s of the products of two models' shapes (bench_all).
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -293,6 +293,13 @@ static void test_float_products(void) {
         CHECK(memcmp(hm, h64, (size_t)(hms[t] * n) * 2) == 0);
     }
     free(h64), free(hm);
+    /* a prefill whose rows go in two blocks (k = 8200: 20 + 20 rows) against the in-place decode
+     * path of its first 4 rows */
+    uint16_t *h40 = malloc((size_t)(40 * 7) * 2), *h4 = malloc((size_t)(4 * 7) * 2);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 40, 8200, 7, 0, h40) < 2e-3);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 4, 8200, 7, 0, h4) < 2e-3);
+    CHECK(memcmp(h4, h40, (size_t)(4 * 7) * 2) == 0);
+    free(h40), free(h4);
     /* Matmul with a 1-D self: (k) @ (k, n) -> (n) */
     {
         int64_t kk = 40, nn = 6, ad[1] = {kk}, bd[2] = {kk, nn}, yd[1] = {nn};
@@ -486,9 +493,15 @@ static uint64_t child_product_hash(void) {
     uint64_t h = fnv(y, (size_t)(64 * c.n) * 2);
     wq_run(&d, x, 1, y);
     h ^= fnv(y, (size_t)c.n * 2) * 31;
-    uint16_t *yf = malloc((size_t)(64 * 50) * 4);
+    uint16_t *yf = malloc((size_t)(70 * 50) * 4);
     float_mm(ACL_FLOAT16, 1, 1, 64, 300, 50, 0, yf);
     h ^= fnv(yf, (size_t)(64 * 50) * 2) * 7;
+    /* k cut into steps by the AVX-512 panel kernel (kp 1120 > 1024), rows and columns not
+     * multiples of its register tile */
+    float_mm(ACL_FLOAT16, 1, 1, 70, 1100, 47, 0, yf);
+    h ^= fnv(yf, (size_t)(70 * 47) * 2) * 11;
+    float_mm(ACL_FLOAT16, 1, 1, 40, 8200, 7, 0, yf); /* rows in two blocks */
+    h ^= fnv(yf, (size_t)(40 * 7) * 2) * 13;
     free(x), free(y), free(yf);
     wq_free(&d);
     /* a decode-sized (m = 1) product large enough to be split over the pool */
@@ -498,6 +511,15 @@ static uint64_t child_product_hash(void) {
     for (int64_t i = 0; i < big.k; i++) x[i] = f16((float)urand());
     wq_run(&d, x, 1, y);
     h ^= fnv(y, (size_t)big.n * 2) * 131;
+    free(x), free(y);
+    wq_free(&d);
+    /* a prefill product whose rows go in three blocks (k = 8192: 24 + 24 + 22 rows) */
+    wq_case tall = {70, 8192, 9, 1, 32, 1, 1, 0};
+    wq_make(&d, tall);
+    x = malloc((size_t)(70 * tall.k) * 2), y = malloc((size_t)(70 * tall.n) * 2);
+    for (int64_t i = 0; i < 70 * tall.k; i++) x[i] = f16((float)urand());
+    wq_run(&d, x, 70, y);
+    h ^= fnv(y, (size_t)(70 * tall.n) * 2) * 17;
     free(x), free(y);
     wq_free(&d);
     /* the batched-decode and generic kernels: Q4_0 / Q4_1 / Q8_0, groups of 32 and 64, per-channel,
@@ -547,44 +569,238 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void bench(int64_t k, int64_t n) {
-    wq_case c = {1, k, n, 1, 32, 0, 1, 0};
-    wq_data d;
-    wq_make(&d, c);
-    int64_t m = 64;
-    uint16_t *x = malloc((size_t)(m * k) * 2), *y = malloc((size_t)(m * n) * 2);
-    for (int64_t i = 0; i < m * k; i++) x[i] = f16((float)urand());
-    void *dx = dev_from(x, (size_t)(m * k) * 2), *dy = dev_alloc((size_t)(m * n) * 2);
-    const int64_t ms[] = {1, 4, 8, 16, 17, 32, m};
-    for (int pass = 0; pass < (int)(sizeof ms / sizeof ms[0]); pass++) {
-        int64_t mm = ms[pass];
-        int64_t xd[2] = {mm, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {k / 32, n}, sst[2] = {1, k / 32}, yd[2] = {mm, n};
-        aclTensor *tx = tensor(xd, 2, ACL_FLOAT16, NULL, dx), *tw = tensor(wd, 2, ACL_INT4, wst, d.d_w);
-        aclTensor *ts = tensor(sd, 2, ACL_FLOAT16, sst, d.d_s), *ty = tensor(yd, 2, ACL_FLOAT16, NULL, dy);
-        int reps = mm <= 16 ? (k * n > 4000000 ? 40 : 400) : 5;
-        double best = 1e9;
-        for (int rep = 0; rep < reps; rep++) {
-            uint64_t ws;
-            aclOpExecutor *ex;
-            double t0 = now();
-            aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(tx, tw, ts, NULL, NULL, NULL, NULL, 32, ty, &ws, &ex);
-            aclnnWeightQuantBatchMatmulV2(NULL, 0, ex, stream);
-            aclrtSynchronizeStream(stream);
-            double t = now() - t0;
-            if (t < best) best = t;
-        }
-        double wbytes = (double)k * n / 2 + (double)k / 32 * n * 2;
-        if (pass == 0)
-            printf("bench Q4_0 %lldx%lld m=1: %.3f ms, %.1f GB/s of weights\n", (long long)n, (long long)k, best * 1e3,
-                   wbytes / best * 1e-9);
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One product shape as the backend issues it: WeightQuantBatchMatmulV2 for Q4_0 (INT4), Q4_1 (INT4
+ * + offsets) and Q8_0 (INT8) with group-32 F16 scales, or Mm with F32 activations times a
+ * transposed F16 weight (F16 weights, F32 out). Each copy of the weights is launched in turn (copies
+ * enough to exceed `bytes_total`, so weights come from memory rather than L2 when that is large), a
+ * repeatable executor per copy, `reps` launches then one synchronize; prints the median time per
+ * launch over 7 such batches, and weights/s (or multiply-adds/s). */
+typedef enum { BQ4_0, BQ4_1, BQ8_0, BF16W } bench_type;
+
+static void bench_case(bench_type type, int64_t k, int64_t n, int64_t m, double bytes_total) {
+    static const char *names[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+    int64_t ng = k / 32;
+    size_t wbytes = type == BF16W ? (size_t)(k * n) * 2 : type == BQ8_0 ? (size_t)(k * n) : (size_t)(k * n) / 2;
+    size_t pbytes = (size_t)(ng * n) * 2;
+    size_t per_copy = wbytes + pbytes * (type == BQ4_1 ? 2 : type == BF16W ? 0 : 1);
+    int copies = (int)(bytes_total / (double)per_copy) + 1;
+    if (copies > 64)
+        copies = 64;
+    uint8_t *hw = malloc(wbytes);
+    uint16_t *hp = malloc(pbytes);
+    for (size_t i = 0; i < wbytes; i++)
+        hw[i] = (uint8_t)irand(256);
+    if (type == BF16W)
+        for (size_t i = 0; i < wbytes / 2; i++)
+            ((uint16_t *)(void *)hw)[i] = f16((float)urand());
+    for (int64_t i = 0; i < ng * n; i++)
+        hp[i] = f16((float)(0.01 + 0.02 * fabs(urand())));
+    size_t xes = type == BF16W ? 4 : 2;
+    void *hx = malloc((size_t)(m * k) * xes);
+    for (int64_t i = 0; i < m * k; i++) {
+        if (type == BF16W)
+            ((float *)hx)[i] = (float)urand();
         else
-            printf("bench Q4_0 %lldx%lld m=%lld: %.3f ms, %.1f GFLOPS\n", (long long)n, (long long)k, (long long)mm,
-                   best * 1e3, 2.0 * mm * k * n / best * 1e-9);
-        aclDestroyTensor(tx), aclDestroyTensor(tw), aclDestroyTensor(ts), aclDestroyTensor(ty);
+            ((uint16_t *)hx)[i] = f16((float)urand());
     }
+    void *dx = dev_from(hx, (size_t)(m * k) * xes), *dy = dev_alloc((size_t)(m * n) * 4);
+    void **dw = calloc((size_t)copies, sizeof *dw), **ds = calloc((size_t)copies, sizeof *ds);
+    aclOpExecutor **ex = calloc((size_t)copies, sizeof *ex);
+    aclTensor **keep = calloc((size_t)copies * 5, sizeof *keep);
+    int64_t xd[2] = {m, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {ng, n}, sst[2] = {1, ng}, yd[2] = {m, n};
+    aclTensor *tx = tensor(xd, 2, type == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dx);
+    aclTensor *ty = tensor(yd, 2, type == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dy);
+    for (int c = 0; c < copies; c++) {
+        dw[c] = dev_from(hw, wbytes);
+        uint64_t ws = 0;
+        if (type == BF16W) {
+            aclTensor *tw = tensor(wd, 2, ACL_FLOAT16, wst, dw[c]);
+            CHECK(aclnnMmGetWorkspaceSize(tx, tw, ty, 1, &ws, &ex[c]) == 0);
+            keep[c * 5] = tw;
+        } else {
+            ds[c] = dev_from(hp, pbytes);
+            aclTensor *tw = tensor(wd, 2, type == BQ8_0 ? ACL_INT8 : ACL_INT4, wst, dw[c]);
+            aclTensor *ts = tensor(sd, 2, ACL_FLOAT16, sst, ds[c]);
+            aclTensor *to = type == BQ4_1 ? tensor(sd, 2, ACL_FLOAT16, sst, ds[c]) : NULL;
+            CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(tx, tw, ts, to, NULL, NULL, NULL, 32, ty, &ws,
+                                                                &ex[c]) == 0);
+            keep[c * 5] = tw, keep[c * 5 + 1] = ts, keep[c * 5 + 2] = to;
+        }
+        CHECK(aclSetAclOpExecutorRepeatable(ex[c]) == 0);
+    }
+    double macs = (double)m * k * n;
+    int reps = (int)(2e8 / (macs + 2e5)) + 1;
+    if (reps < copies)
+        reps = copies;
+    double t[7];
+    for (int b = -1; b < 7; b++) {
+        double t0 = now();
+        for (int r = 0; r < reps; r++) {
+            aclOpExecutor *e = ex[r % copies];
+            if (type == BF16W)
+                aclnnMm(NULL, 0, e, stream);
+            else
+                aclnnWeightQuantBatchMatmulV2(NULL, 0, e, stream);
+        }
+        CHECK(sync_ok());
+        if (b >= 0)
+            t[b] = (now() - t0) / reps;
+    }
+    qsort(t, 7, sizeof t[0], cmp_double);
+    printf("bench %-4s k=%-5lld n=%-6lld m=%-4lld %s: %9.1f us  %6.1f G%s/s\n", names[type], (long long)k,
+           (long long)n, (long long)m, copies > 1 ? "mem  " : "cache", t[3] * 1e6, macs / t[3] * 1e-9,
+           m == 1 ? "weights" : " MACs");
+    for (int c = 0; c < copies; c++) {
+        aclDestroyAclOpExecutor(ex[c]);
+        for (int i = 0; i < 5; i++)
+            aclDestroyTensor(keep[c * 5 + i]);
+        aclrtFree(dw[c]);
+        if (ds[c])
+            aclrtFree(ds[c]);
+    }
+    aclDestroyTensor(tx), aclDestroyTensor(ty);
     aclrtFree(dx), aclrtFree(dy);
-    free(x), free(y);
-    wq_free(&d);
+    free(dw), free(ds), free(ex), free(keep), free(hw), free(hp), free(hx);
+}
+
+/* The matmuls of one SmolLM2-135M decode token (30 layers of q, k, v, o, gate, up, down in `type`,
+ * then the 576 x 49152 Q8_0 output layer), each weight its own copy (92 MiB for Q4_1, so weights
+ * come from memory as in decode), launched back to back with one synchronize: ms per token, median
+ * of `rounds`. */
+static void bench_token(bench_type type, int rounds) {
+    static const char *names[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+    static const int64_t shapes[7][2] = {{576, 576}, {576, 192}, {576, 192}, {576, 576},
+                                         {576, 1536}, {576, 1536}, {1536, 576}};
+    enum { NL = 30, NOPS = NL * 7 + 1 };
+    aclOpExecutor *ex[NOPS];
+    aclTensor *keep[NOPS * 4];
+    void *mem[NOPS * 3];
+    int nk = 0, nm = 0;
+    memset(keep, 0, sizeof keep);
+    int64_t kmax = 1536;
+    void *dx = dev_alloc((size_t)kmax * 4), *dy = dev_alloc((size_t)49152 * 4);
+    uint16_t *hx = malloc((size_t)kmax * 4);
+    for (int64_t i = 0; i < kmax * 2; i++)
+        hx[i] = f16((float)urand());
+    CHECK(aclrtMemcpy(dx, (size_t)kmax * 4, hx, (size_t)kmax * 4, ACL_MEMCPY_HOST_TO_DEVICE) == 0);
+    double wbytes_total = 0;
+    for (int op = 0; op < NOPS; op++) {
+        bool out = op == NOPS - 1;
+        bench_type ty = out ? BQ8_0 : type;
+        int64_t k = out ? 576 : shapes[op % 7][0], n = out ? 49152 : shapes[op % 7][1], ng = k / 32;
+        size_t wb = ty == BF16W ? (size_t)(k * n) * 2 : ty == BQ8_0 ? (size_t)(k * n) : (size_t)(k * n) / 2;
+        uint8_t *hw = malloc(wb);
+        for (size_t i = 0; i < wb; i++)
+            hw[i] = (uint8_t)irand(256);
+        if (ty == BF16W)
+            for (size_t i = 0; i < wb / 2; i++)
+                ((uint16_t *)(void *)hw)[i] = f16((float)urand() * 0.05f);
+        void *dw = dev_from(hw, wb);
+        free(hw);
+        mem[nm++] = dw;
+        wbytes_total += (double)wb;
+        int64_t xd[2] = {1, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {ng, n}, sst[2] = {1, ng}, yd[2] = {1, n};
+        uint64_t ws = 0;
+        aclTensor *tx = tensor(xd, 2, ty == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dx);
+        aclTensor *ty_ = tensor(yd, 2, ty == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dy);
+        keep[nk++] = tx, keep[nk++] = ty_;
+        if (ty == BF16W) {
+            aclTensor *tw = tensor(wd, 2, ACL_FLOAT16, wst, dw);
+            keep[nk++] = tw;
+            CHECK(aclnnMmGetWorkspaceSize(tx, tw, ty_, 1, &ws, &ex[op]) == 0);
+        } else {
+            uint16_t *hp = malloc((size_t)(ng * n) * 2);
+            for (int64_t i = 0; i < ng * n; i++)
+                hp[i] = f16((float)(0.01 + 0.02 * fabs(urand())));
+            void *dp = dev_from(hp, (size_t)(ng * n) * 2);
+            free(hp);
+            mem[nm++] = dp;
+            wbytes_total += (double)(ng * n) * (ty == BQ4_1 ? 4 : 2);
+            aclTensor *tw = tensor(wd, 2, ty == BQ8_0 ? ACL_INT8 : ACL_INT4, wst, dw);
+            aclTensor *ts = tensor(sd, 2, ACL_FLOAT16, sst, dp);
+            keep[nk++] = tw, keep[nk++] = ts;
+            CHECK(aclnnWeightQuantBatchMatmulV2GetWorkspaceSize(tx, tw, ts, ty == BQ4_1 ? ts : NULL, NULL, NULL,
+                                                                NULL, 32, ty_, &ws, &ex[op]) == 0);
+        }
+        CHECK(aclSetAclOpExecutorRepeatable(ex[op]) == 0);
+    }
+    double *t = malloc((size_t)rounds * sizeof *t);
+    for (int r = -2; r < rounds; r++) {
+        double t0 = now();
+        for (int op = 0; op < NOPS; op++) {
+            if (type == BF16W && op < NOPS - 1)
+                aclnnMm(NULL, 0, ex[op], stream);
+            else
+                aclnnWeightQuantBatchMatmulV2(NULL, 0, ex[op], stream);
+        }
+        CHECK(sync_ok());
+        if (r >= 0)
+            t[r] = now() - t0;
+    }
+    qsort(t, (size_t)rounds, sizeof t[0], cmp_double);
+    printf("bench token %s: %.3f ms (min %.3f), %.1f MB of weights, %.1f GB/s\n", names[type], t[rounds / 2] * 1e3,
+           t[0] * 1e3, wbytes_total * 1e-6, wbytes_total / t[rounds / 2] * 1e-9);
+    free(t);
+    for (int op = 0; op < NOPS; op++)
+        aclDestroyAclOpExecutor(ex[op]);
+    for (int i = 0; i < nk; i++)
+        aclDestroyTensor(keep[i]);
+    for (int i = 0; i < nm; i++)
+        aclrtFree(mem[i]);
+    aclrtFree(dx), aclrtFree(dy);
+    free(hx);
+}
+
+/* CT_BENCH=1: the products of SmolLM2-135M (n_embd 576, ffn 1536, 3 KV heads of 64, vocabulary
+ * 49152) and of a Qwen2.5-0.5B shape (896, 4864, 2 KV heads, 151936 split in 65535-column chunks),
+ * decode (m = 1, weights from memory), batched decode (m = 8) and prefill (m = 512, from cache).
+ * CT_BENCH=quick: SmolLM2's m = 1 and 512 only. CT_BENCH_TYPES=Q4_0,Q8_0,... picks types.
+ * CT_BENCH=one:TYPE:K:N:M:ROUNDS[:MB]: that one product ROUNDS times, its weights in cache or cycled
+ * over MB megabytes of copies (for a profiler). CT_BENCH=token[:ROUNDS]: bench_token. */
+static void bench_all(void) {
+    const char *sel = getenv("CT_BENCH_TYPES"), *mode = getenv("CT_BENCH");
+    char tname[8];
+    long long k, n, m;
+    int rounds;
+    double mem_bytes = 0;
+    if (sscanf(mode, "one:%7[^:]:%lld:%lld:%lld:%d:%lf", tname, &k, &n, &m, &rounds, &mem_bytes) >= 5) {
+        static const char *tn[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+        for (int ty = 0; ty < 4; ty++)
+            if (strcmp(tname, tn[ty]) == 0)
+                for (int r = 0; r < rounds; r++)
+                    bench_case((bench_type)ty, k, n, m, mem_bytes * 1e6);
+        return;
+    }
+    if (strncmp(mode, "token", 5) == 0) { /* CT_BENCH=token[:ROUNDS] */
+        int r = mode[5] == ':' ? atoi(mode + 6) : 20;
+        static const char *tn[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+        for (int ty = 0; ty < 4; ty++)
+            if (!sel || strstr(sel, tn[ty]))
+                bench_token((bench_type)ty, r > 0 ? r : 20);
+        return;
+    }
+    bool quick = strcmp(mode, "quick") == 0;
+    static const int64_t smol[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152}};
+    static const int64_t qwen[][2] = {{896, 896}, {896, 128}, {896, 4864}, {4864, 896}, {896, 65535}};
+    static const char *names[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
+    for (int ty = 0; ty < 4; ty++) {
+        if (sel && !strstr(sel, names[ty]))
+            continue;
+        for (int model = 0; model < (quick ? 1 : 2); model++)
+            for (int s = 0; s < 5; s++) {
+                const int64_t *sh = model ? qwen[s] : smol[s];
+                bench_case((bench_type)ty, sh[0], sh[1], 1, 160e6);
+                if (!quick)
+                    bench_case((bench_type)ty, sh[0], sh[1], 8, 160e6);
+                if (sh[1] <= 4864)
+                    bench_case((bench_type)ty, sh[0], sh[1], 512, 0);
+            }
+    }
 }
 
 int main(int argc, char **argv) {
@@ -601,8 +817,7 @@ int main(int argc, char **argv) {
         return ct_failures ? 1 : 0;
     }
     if (getenv("CT_BENCH")) {
-        bench(576, 1536);
-        bench(4096, 4096);
+        bench_all();
         return 0;
     }
     /* m, k, n, int4, group, offset, transposed, bias */
@@ -619,6 +834,8 @@ int main(int argc, char **argv) {
     test_wq_batch_invariance((wq_case){0, 512, 100, 1, 32, 1, 1, 0});
     test_wq_batch_invariance((wq_case){0, 320, 37, 0, 32, 0, 1, 0});
     test_wq_batch_invariance((wq_case){0, 96, 21, 0, 0, 0, 1, 0});
+    test_wq_batch_invariance((wq_case){0, 1056, 37, 1, 32, 1, 1, 0}); /* k cut into steps (prefill) */
+    test_wq_batch_invariance((wq_case){0, 8192, 13, 0, 32, 0, 1, 0}); /* rows in two blocks (prefill) */
     test_mm_mixed_range();
     test_wq_errors();
     test_float_products();

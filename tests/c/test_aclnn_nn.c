@@ -802,9 +802,11 @@ int main(int argc, char **argv) {
     uint64_t a1, a2, a3, h1 = batch_row0(1, r, s), t1 = child_digest(argv[0], 1, isa, &a1);
     uint64_t t2 = child_digest(argv[0], 2, isa, &a2);
     CHECK(t1 != 0 && t1 == h1 && t2 == h1);
-    /* GeluV2 / Tanh / AddRmsNorm: the same bits for any thread count, and on the scalar path */
-    child_digest(argv[0], 2, "scalar", &a3);
+    /* GeluV2 / Tanh / AddRmsNorm: the same bits for any thread count, and on the scalar path;
+     * RmsNorm and Softmax (exp in 16 / 8 lanes or one at a time) on the scalar and AVX2 paths */
+    uint64_t a4, t3 = child_digest(argv[0], 2, "scalar", &a3), t4 = child_digest(argv[0], 2, "avx2", &a4);
     CHECK(a1 != 0 && a1 == (act_digest() ^ reduce_digest() ^ add_rms_digest()) && a2 == a1 && a3 == a1);
+    CHECK(t3 == h1 && t4 == h1);
     free(r), free(s);
     aclrtDestroyStream(stream);
     aclrtResetDevice(0);

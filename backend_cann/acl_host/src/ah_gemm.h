@@ -11,7 +11,9 @@
  *     c = ((tot[0..7] + tot[8..15]) pairwise halved down to one lane)
  * The dequantized b is the same F32 value wherever it is made (a lookup table of the 16 INT4
  * values per (column, group), a block decoded in registers, or an unpacked F32 panel), and scalar
- * code uses fmaf, which rounds like the hardware FMA, so all paths agree bit for bit.
+ * code uses fmaf, which rounds like the hardware FMA, so all paths agree bit for bit. Kernels may
+ * keep a lane vector in memory between k steps and reduce many accumulators at once (the AVX-512
+ * panel kernel: 16 at a time, with the same pairings), which changes no bit.
  * K is padded with zeros to a multiple of 32 (kp) in both panels.
  */
 #ifndef AH_GEMM_H
@@ -21,6 +23,9 @@
 #include <stdint.h>
 
 #define AH_GEMM_KALIGN 32
+#ifndef AH_GEMM_PF_BYTES
+#define AH_GEMM_PF_BYTES 16384 /* how far ahead the decode kernels prefetch the columns they stream */
+#endif
 
 /* A tile product: m rows of a (row i at a + i*lda) times n columns of b (column j at b + j*ldb),
  * c[i*ldc + j]. ah_gemm_run_f16 reads the columns from b16 instead (F16, the same ldb). */
@@ -57,6 +62,10 @@ typedef struct ah_gemm_quant {
 } ah_gemm_quant;
 
 void ah_gemm_run_quant(const ah_gemm_quant *q);
+
+/* Puts each 32-element block of a row (kp a multiple of 32) in the order the INT4 kernels read
+ * it: elements 0, 2, .., 30, then 1, 3, .., 31. */
+void ah_gemm_int4_order(float *row, int64_t kp);
 
 /* Dequantizes columns [0, n) of a quantized panel into F32 ((q + offset) * scale, the values
  * ah_gemm_run_quant multiplies by), in the order it reads them: column j to dst + j*ldd (kp floats). */

@@ -1,13 +1,11 @@
 /* gemm.c - the matmul micro-kernels (ah_gemm.h) for AVX-512, AVX2 + FMA and portable C, all
  * computing the same fused multiply-add sequence per output element (gemm_kernel.inc). */
 #include <math.h>
+#include <string.h>
 
 #include "ah_convert.h"
 #include "ah_gemm.h"
 
-#ifndef AH_GEMM_PF_BYTES
-#define AH_GEMM_PF_BYTES 16384 /* how far ahead the decode kernel prefetches quantized columns */
-#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #define AH_X86 1
@@ -295,6 +293,75 @@ static T5 void q4m1_run_avx512(const ah_gemm_quant *q) {
     }
 }
 
+/* The decode case m = 1 for INT8 columns (the Q8_0 output layer of the default model, Q8_0
+ * files): as q4m1_block, each half widened (vpmovsxbd, vcvtdq2ps), + offset, * scale, then the two
+ * FMAs; Q4_RN columns at once, one flat loop over the blocks for 32-element groups. */
+static inline __attribute__((always_inline)) T5 void q8m1_block(const ah_gemm_quant *q, int64_t j0, int rn,
+                                                               bool offs, bool g1) {
+    enum { RN = Q4_RN };
+    const int64_t nblk = q->kp / 32, gblk = g1 ? 1 : q->group / 32, ldw = q->ldw, lds = q->lds;
+    const int8_t *w = q->w + j0 * ldw;
+    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
+    const float *a = q->a;
+    const char *pf = (const char *)w + AH_GEMM_PF_BYTES; /* see quant_block */
+    const int64_t pf_step = ldw * rn / nblk;
+    __m512 tot[RN];
+    for (int c = 0; c < rn; c++)
+        tot[c] = _mm512_setzero_ps();
+    for (int64_t b0 = 0, g = 0; b0 < nblk; b0 += gblk, g++) {
+        const int64_t b1 = g1 ? b0 + 1 : (b0 + gblk < nblk ? b0 + gblk : nblk);
+        __m512 sv[RN], ov[RN];
+        for (int c = 0; c < rn; c++) {
+            if (offs)
+                ov[c] = _mm512_set1_ps(of[c * lds + g]);
+            if (sc)
+                sv[c] = _mm512_set1_ps(sc[c * lds + g]);
+        }
+        for (int64_t blk = b0; blk < b1; blk++) {
+            for (int64_t off = 0; off < pf_step; off += 64)
+                __builtin_prefetch(pf + blk * pf_step + off);
+            const __m512 alo = _mm512_loadu_ps(a + blk * 32), ahi = _mm512_loadu_ps(a + blk * 32 + 16);
+            for (int c = 0; c < rn; c++) {
+                __m512 lo = a5_i8(w + c * ldw + blk * 32), hi = a5_i8(w + c * ldw + blk * 32 + 16);
+                if (offs) {
+                    lo = _mm512_add_ps(lo, ov[c]);
+                    hi = _mm512_add_ps(hi, ov[c]);
+                }
+                if (sc) {
+                    lo = _mm512_mul_ps(lo, sv[c]);
+                    hi = _mm512_mul_ps(hi, sv[c]);
+                }
+                tot[c] = _mm512_fmadd_ps(alo, lo, tot[c]);
+                tot[c] = _mm512_fmadd_ps(ahi, hi, tot[c]);
+            }
+        }
+    }
+    for (int c = 0; c < rn; c++)
+        q->c[j0 + c] = a5_reduce(tot[c]);
+}
+
+static inline __attribute__((always_inline)) T5 void q8m1_cols(const ah_gemm_quant *q, bool offs, bool g1) {
+    int64_t j = 0;
+    for (; j + Q4_RN <= q->n; j += Q4_RN)
+        q8m1_block(q, j, Q4_RN, offs, g1);
+    for (; j < q->n; j++)
+        q8m1_block(q, j, 1, offs, g1);
+}
+
+static T5 void q8m1_run_avx512(const ah_gemm_quant *q) {
+    if (q->group == 32) {
+        if (q->offsets)
+            q8m1_cols(q, true, true);
+        else
+            q8m1_cols(q, false, true);
+    } else {
+        if (q->offsets)
+            q8m1_cols(q, true, false);
+        else
+            q8m1_cols(q, false, false);
+    }
+}
+
 /* Several rows (batched decode), INT4 with 32-element groups on AVX-512: per block of Q4_RN
  * columns, row chunks of at most Q4_RM rows each run the whole K with the same per-element
  * sequence as q4m1_block; the columns are dequantized once per block and chunk (2 FMAs per row
@@ -475,6 +542,127 @@ static T5 void f16_run_avx512(const ah_gemm_tile *t) {
         f16_cols(t, j, 1);
 }
 
+/* ---- AVX-512 panel product (prefill): register tiles of P_RM rows x P_RN columns ---------------- */
+
+/* The sums of 16 accumulators by the fixed tree of ah_gemm.h (lanes i + i+8, then i + i+4, i + i+2,
+ * 0 + 1, each add with the lower half first, as a5_reduce), computed for all 16 at once: lane j of
+ * the result is the sum of v[j], bit for bit what a5_reduce(v[j]) gives. */
+static inline __attribute__((always_inline)) T5 __m512 a5_reduce16(const __m512 *v) {
+    __m512 t[8], u[4], z[2];
+    for (int p = 0; p < 8; p++) /* t[p]: lanes 0-7 v[2p]'s i + i+8, lanes 8-15 v[2p+1]'s */
+        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int q = 0; q < 4; q++) /* u[q]: 128-bit lane L holds v[4q + L]'s four i + i+4 */
+        u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int r = 0; r < 2; r++) { /* z[r]: lane L holds v[8r + L]'s two i + i+2, then v[8r + 4 + L]'s */
+        __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u[2 * r]), _mm512_castps_pd(u[2 * r + 1]));
+        __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u[2 * r]), _mm512_castps_pd(u[2 * r + 1]));
+        z[r] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+    }
+    /* lane 4L + e: the sum of v[4e + L] */
+    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, s);
+}
+
+/* The same for 8 accumulators: lane j < 8 of the result is the sum of v[j]. */
+static inline __attribute__((always_inline)) T5 __m256 a5_reduce8(const __m512 *v) {
+    __m512 t[4], u[2];
+    for (int p = 0; p < 4; p++)
+        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int q = 0; q < 2; q++)
+        u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]));
+    __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]));
+    __m512 z = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+    /* lane 4L + e (e < 2): the sum of v[4e + L] */
+    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(z, z, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(z, z, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, s));
+}
+
+#define P_RM 4         /* rows of a register tile */
+#define P_RN 6         /* columns of a register tile */
+#define P_NB 16        /* register tiles per column block: P_NB * P_RN columns share the rows' loads */
+#define P_KC_MAX 1024  /* longer k is cut in P_KC steps, the accumulators kept in memory between */
+#define P_KC 512
+
+/* rm x P_RN accumulators over k in [k0, k1): acc[r * P_RN + c] += a row r . b column c per lane,
+ * the fused multiply-adds of ah_gemm.h in k order. */
+static inline __attribute__((always_inline)) T5 void panel_tile(const float *const *a, const float *const *b,
+                                                               int64_t k0, int64_t k1, int rm, __m512 *acc) {
+    for (int64_t k = k0; k < k1; k += 16) {
+        __m512 bv[P_RN];
+        for (int c = 0; c < P_RN; c++)
+            bv[c] = _mm512_loadu_ps(b[c] + k);
+        for (int r = 0; r < rm; r++) {
+            const __m512 av = _mm512_loadu_ps(a[r] + k);
+            for (int c = 0; c < P_RN; c++)
+                acc[r * P_RN + c] = _mm512_fmadd_ps(av, bv[c], acc[r * P_RN + c]);
+        }
+    }
+}
+
+/* rows [i0, i0 + rm) x columns [j0, j0 + nb) of a tile product; columns past t->n repeat the last
+ * one (their sums are not stored). The accumulators of a k step go to accbuf (P_NB tiles) between
+ * steps when k is cut. */
+static inline __attribute__((always_inline)) T5 void panel_rows(const ah_gemm_tile *t, int64_t i0, int rm,
+                                                               int64_t j0, int64_t nb, __m512 *accbuf) {
+    const int64_t kp = t->kp, kc = kp <= P_KC_MAX ? kp : P_KC;
+    const float *a[P_RM];
+    for (int r = 0; r < P_RM; r++)
+        a[r] = t->a + (i0 + (r < rm ? r : 0)) * t->lda;
+    for (int64_t k0 = 0; k0 < kp; k0 += kc) {
+        const int64_t k1 = k0 + kc < kp ? k0 + kc : kp;
+        for (int64_t tb = 0; tb * P_RN < nb; tb++) {
+            const int64_t jt = j0 + tb * P_RN;
+            const float *b[P_RN];
+            for (int c = 0; c < P_RN; c++)
+                b[c] = t->b + (jt + c < t->n ? jt + c : t->n - 1) * t->ldb;
+            __m512 acc[P_RM * P_RN];
+            __m512 *spill = accbuf + tb * P_RM * P_RN;
+            for (int x = 0; x < rm * P_RN; x++)
+                acc[x] = k0 == 0 ? _mm512_setzero_ps() : spill[x];
+            panel_tile(a, b, k0, k1, rm, acc);
+            if (k1 < kp) {
+                for (int x = 0; x < rm * P_RN; x++)
+                    spill[x] = acc[x];
+                continue;
+            }
+            float sums[P_RM * P_RN];
+            for (int x = rm * P_RN; x < P_RM * P_RN; x++)
+                acc[x] = _mm512_setzero_ps();
+            _mm512_storeu_ps(sums, a5_reduce16(acc));
+            _mm256_storeu_ps(sums + 16, a5_reduce8(acc + 16));
+            const int cn = t->n - jt < P_RN ? (int)(t->n - jt) : P_RN;
+            for (int r = 0; r < rm; r++)
+                for (int c = 0; c < cn; c++)
+                    t->c[(i0 + r) * t->ldc + jt + c] = sums[r * P_RN + c];
+        }
+    }
+}
+
+static T5 void panel_run_avx512(const ah_gemm_tile *t) {
+    __m512 accbuf[P_NB * P_RM * P_RN];
+    for (int64_t j0 = 0; j0 < t->n; j0 += P_NB * P_RN) {
+        const int64_t nb = t->n - j0 < P_NB * P_RN ? t->n - j0 : P_NB * P_RN;
+        int64_t i = 0;
+        for (; i + P_RM <= t->m; i += P_RM)
+            panel_rows(t, i, P_RM, j0, nb, accbuf);
+        switch (t->m - i) {
+        case 1: panel_rows(t, i, 1, j0, nb, accbuf); break;
+        case 2: panel_rows(t, i, 2, j0, nb, accbuf); break;
+        case 3: panel_rows(t, i, 3, j0, nb, accbuf); break;
+        default: break;
+        }
+    }
+}
+
 /* AVX2 level without FMA (rare) falls back to the portable code. */
 static int isa_level(void) {
     static int level = -1;
@@ -495,7 +683,7 @@ static int isa_level(void) {
 void ah_gemm_run_tile(const ah_gemm_tile *t) {
 #ifdef AH_X86
     switch (isa_level()) {
-    case AH_ISA_AVX512: tile_run_avx512(t); return;
+    case AH_ISA_AVX512: panel_run_avx512(t); return;
     case AH_ISA_AVX2: tile_run_avx2(t); return;
     default: break;
     }
@@ -509,6 +697,8 @@ void ah_gemm_run_quant(const ah_gemm_quant *q) {
     case AH_ISA_AVX512:
         if (q->m == 1 && q->int4)
             q4m1_run_avx512(q);
+        else if (q->m == 1)
+            q8m1_run_avx512(q);
         else if (q->int4 && q->group == 32)
             q4mr_run_avx512(q);
         else if (!q->int4 && q->group == 32 && q->m > 1)
@@ -532,6 +722,35 @@ bool ah_gemm_run_f16(const ah_gemm_tile *t) {
 #endif
     (void)t;
     return false;
+}
+
+#ifdef AH_X86
+static T5 void int4_order_avx512(float *row, int64_t kp) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t k = 0; k < kp; k += 32) {
+        const __m512 lo = _mm512_loadu_ps(row + k), hi = _mm512_loadu_ps(row + k + 16);
+        _mm512_storeu_ps(row + k, _mm512_permutex2var_ps(lo, even, hi));
+        _mm512_storeu_ps(row + k + 16, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+}
+#endif
+
+void ah_gemm_int4_order(float *row, int64_t kp) {
+#ifdef AH_X86
+    if (isa_level() == AH_ISA_AVX512) {
+        int4_order_avx512(row, kp);
+        return;
+    }
+#endif
+    float blk[32];
+    for (int64_t k = 0; k < kp; k += 32) {
+        memcpy(blk, row + k, sizeof blk);
+        for (int e = 0; e < 16; e++) {
+            row[k + e] = blk[2 * e];
+            row[k + 16 + e] = blk[2 * e + 1];
+        }
+    }
 }
 
 void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd) {

@@ -8,8 +8,8 @@
  * BOOL (integers and BOOL computed as FLOAT), out F32 / F16 / BF16 of self's shape. F16 / BF16
  * compute in F32 and round once. Elementwise over the N-d engine, spread over the thread pool.
  *
- * The transcendental functions are this file's own, built from exp (silu_exp): a degree-6
- * polynomial after reduction by ln 2, within 1.01 ulp of the true value. tanh is an odd polynomial
+ * The transcendental functions are this file's own, built from acl_host's exp (ah_exp.h): a
+ * degree-6 polynomial after reduction by ln 2, within 1.01 ulp of the true value. tanh is an odd polynomial
  * below |x| 0.625 and 1 - 2 / (exp(2|x|) + 1) above; gelu (tanh form) is x / (1 + exp(-2u)), u the
  * tanh argument (no cancellation in 1 + tanh(u) for negative x; 2u in double); gelu (erf form) is
  * x Phi(x) with Phi from a polynomial of erf below |x| / sqrt 2 = 0.5 and exp(-x^2 / 2) times a
@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ah_convert.h"
+#include "ah_exp.h"
 #include "ah_nd.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -38,37 +39,7 @@
 #define FLOAT_TYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
 #define BLOCK 512
 
-/* exp(x) = 2^n * e^r, n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts, fused), e^r by a
- * degree-6 polynomial (Horner, fused). Below EXP_LO the result is 0 (e^x is then under 2^-126, and
- * 1 + e^x rounds to 1 either way), above EXP_HI it is inf; NaN stays NaN. */
-#define EXP_LO -87.33654f
-#define EXP_HI 88.72283f
-#define LOG2E 1.44269504f
-#define LN2_HI 0.693359375f
-#define LN2_LO -2.12194440e-4f
-static const float exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                                  4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-
-static inline float silu_exp(float x) {
-    if (!(x >= EXP_LO)) /* NaN too */
-        return x != x ? x : 0.0f;
-    if (x > EXP_HI)
-        return INFINITY;
-    float n = nearbyintf(x * LOG2E);
-    float r = fmaf(n, -LN2_HI, x);
-    r = fmaf(n, -LN2_LO, r);
-    float p = exp_poly[0];
-    for (int i = 1; i < 6; i++)
-        p = fmaf(p, r, exp_poly[i]);
-    float e = fmaf(p, r * r, r) + 1.0f;
-    uint32_t bits; /* unsigned: n is negative for x < 0, and shifting a negative int is undefined */
-    memcpy(&bits, &e, 4);
-    bits += (uint32_t)(int32_t)n << 23;
-    memcpy(&e, &bits, 4);
-    return e;
-}
-
-static inline float silu(float x) { return x / (1.0f + silu_exp(-x)); }
+static inline float silu(float x) { return x / (1.0f + ah_exp(-x)); }
 
 /* tanh: |x| < TANH_SMALL: |x| + |x| z P(z), z = x^2 (P fitted to the relative error, 4e-9);
  * above: 1 - 2 / (exp(2 min(|x|, TANH_BIG)) + 1) (1 in F32 from |x| 9.01 on); the sign of x. */
@@ -87,7 +58,7 @@ static inline float act_tanh(float x) {
             p = fmaf(p, z, tanh_poly[i]);
         r = fmaf(a * z, p, a);
     } else {
-        float e = silu_exp(2.0f * fminf(a, TANH_BIG));
+        float e = ah_exp(2.0f * fminf(a, TANH_BIG));
         r = 1.0f - 2.0f / (e + 1.0f);
     }
     return copysignf(r, x);
@@ -106,7 +77,7 @@ static inline float act_gelu_tanh(float x) {
     double xd = x, m = xd * fma(xd * xd, GELU_C3, GELU_C1);
     m = fmin(fmax(m, -GELU_ARG_MAX), GELU_ARG_MAX); /* exp(-2u) is 0 or inf in F32 beyond */
     float hi = (float)m, lo = (float)(m - (double)hi);
-    float e = silu_exp(-hi) * (1.0f - lo);
+    float e = ah_exp(-hi) * (1.0f - lo);
     return x / (1.0f + e);
 }
 
@@ -145,7 +116,7 @@ static inline float act_gelu_erf(float x) {
         for (int i = 1; i < 11; i++)
             q = fmaf(q, t, erfc_poly[i]);
         float hi = ax * ax, lo = fmaf(ax, ax, -hi);
-        float h = 0.5f * (silu_exp(-0.5f * hi) * fmaf(-0.5f, lo, 1.0f) * q);
+        float h = 0.5f * (ah_exp(-0.5f * hi) * fmaf(-0.5f, lo, 1.0f) * q);
         phi = x < 0.0f ? h : 1.0f - h;
     }
     return x * phi;
@@ -154,30 +125,9 @@ static inline float act_gelu_erf(float x) {
 typedef enum act_kind { ACT_SILU, ACT_GELU_TANH, ACT_GELU_ERF, ACT_TANH } act_kind;
 
 #ifdef ACT_X86
-__attribute__((target("avx512f"))) static inline __m512 silu_exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(EXP_LO), hi = _mm512_set1_ps(EXP_HI);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_NGE_UQ); /* x < lo or NaN */
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), xc);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
-    __m512 p = _mm512_set1_ps(exp_poly[0]);
-    for (int i = 1; i < 6; i++)
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_poly[i]));
-    __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    e = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(e),
-                                             _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23)));
-    e = _mm512_mask_mov_ps(e, under, _mm512_setzero_ps());
-    e = _mm512_mask_mov_ps(e, over, _mm512_set1_ps(INFINITY));
-    return _mm512_mask_mov_ps(e, nan, x);
-}
-
 __attribute__((target("avx512f"))) static inline __m512 silu16(__m512 x) {
     return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f),
-                                          silu_exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+                                          ah_exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
 __attribute__((target("avx512f"))) static inline __m512 abs16(__m512 x) {
@@ -191,7 +141,7 @@ __attribute__((target("avx512f"))) static inline __m512 tanh16(__m512 x) {
     for (int i = 1; i < 5; i++)
         p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(tanh_poly[i]));
     __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(a, z), p, a);
-    __m512 e = silu_exp16(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_min_ps(a, _mm512_set1_ps(TANH_BIG))));
+    __m512 e = ah_exp16(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_min_ps(a, _mm512_set1_ps(TANH_BIG))));
     __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
     __mmask16 is_small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(TANH_SMALL), _CMP_LT_OQ);
     __m512 r = _mm512_mask_mov_ps(big, is_small, small);
@@ -220,7 +170,7 @@ __attribute__((target("avx512f"))) static inline __m512 gelu_tanh16(__m512 x) {
     gelu_arg8(_mm512_castps512_ps256(x), &hi0, &lo0);
     gelu_arg8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)), &hi1, &lo1);
     __m512 hi = join8(hi0, hi1), lo = join8(lo0, lo1), one = _mm512_set1_ps(1.0f);
-    __m512 e = _mm512_mul_ps(silu_exp16(_mm512_sub_ps(_mm512_setzero_ps(), hi)), _mm512_sub_ps(one, lo));
+    __m512 e = _mm512_mul_ps(ah_exp16(_mm512_sub_ps(_mm512_setzero_ps(), hi)), _mm512_sub_ps(one, lo));
     __m512 y = _mm512_div_ps(x, _mm512_add_ps(one, e));
     __mmask16 neg_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
     return _mm512_mask_mov_ps(y, neg_inf, _mm512_setzero_ps());
@@ -242,7 +192,7 @@ __attribute__((target("avx512f"))) static inline __m512 gelu_erf16(__m512 x) {
     for (int i = 1; i < 11; i++)
         q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(erfc_poly[i]));
     __m512 hi = _mm512_mul_ps(ax, ax), lo = _mm512_fmsub_ps(ax, ax, hi);
-    __m512 ec = _mm512_mul_ps(_mm512_mul_ps(silu_exp16(_mm512_mul_ps(_mm512_set1_ps(-0.5f), hi)),
+    __m512 ec = _mm512_mul_ps(_mm512_mul_ps(ah_exp16(_mm512_mul_ps(_mm512_set1_ps(-0.5f), hi)),
                                             _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), lo, one)),
                               q);
     __m512 hb = _mm512_mul_ps(half, ec);

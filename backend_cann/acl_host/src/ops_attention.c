@@ -21,13 +21,15 @@
  * in registers as they are read, in place in the cache: both widenings are exact); each score is
  * one F32 dot product over D in a fixed order (16 lanes, lane l takes d = l mod 16, then a fixed
  * pairwise tree), times scale, plus the pse widened to F32; a row's softmax is two-pass
- * (exact max, then exp(s - max) in F32, row sum in F64); the probabilities are rounded to the
+ * (exact max, then exp(s - max) in F32, row sum in F64 over 16 lanes); the probabilities are rounded to the
  * input dtype (the cube unit multiplies F16/BF16 operands) and P . V accumulates in F64 (each
  * product of two F16/BF16 values is exact there); out = acc / sum, rounded to F32, then to the
  * output dtype, nearest even. The F64 sums make a row's output independent of the order of its
  * keys, so a sequence whose cells are scattered, reordered by preemption or shared from a cached
  * prefix gets the bits it gets with its keys in position order (the NPU sums in F32 in its own
- * tiling order; the outputs agree within F16 rounding). A position masked to -inf (attenMask,
+ * tiling order; the outputs agree within F16 rounding). exp is acl_host's own (ah_exp.h: 1 ulp,
+ * 16 or 8 lanes at a time, the same bits one at a time) and the row sum takes element t in lane
+ * t mod 16, folded in a fixed tree. A position masked to -inf (attenMask,
  * window, or a -inf pse) takes no part. A row with every position masked gives zeros (the
  * innerPrecise row-invalid correction, applied in every mode) and softmaxLse +inf; a row with a
  * NaN score (NaN in q or k) comes out NaN, as IEEE softmax gives, never as quiet zeros. innerPrecise
@@ -47,6 +49,7 @@
 #include <string.h>
 
 #include "ah_convert.h"
+#include "ah_exp.h"
 #include "ah_tensor.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -116,6 +119,13 @@ typedef void (*fia_scores_fn)(const float *q, const char *k, int64_t kv_stride,
                               const int32_t *keys, int64_t n, int64_t D, float scale, float *s);
 typedef void (*fia_pv_fn)(double *acc, const char *v, int64_t kv_stride, const int32_t *keys,
                           const float *p, int64_t n, int64_t D);
+/* The same for nq rows that share their keys (the query heads of one position on one KV head):
+ * row r's query q[r], scores s[r], P p[r] and accumulator acc[r]; each row gets the bits the
+ * one-row function gives it, K and V are read (and widened) once per key for all rows. */
+typedef void (*fia_scores_multi_fn)(const float *const *q, int nq, const char *k, int64_t kv_stride,
+                                    const int32_t *keys, int64_t n, int64_t D, float scale, float *const *s);
+typedef void (*fia_pv_multi_fn)(double *const *acc, const float *const *p, int nq, const char *v,
+                                int64_t kv_stride, const int32_t *keys, int64_t n, int64_t D);
 
 static inline float load_half(const char *row, int64_t d, bool bf16) {
     uint16_t h;
@@ -170,8 +180,44 @@ static inline __attribute__((always_inline)) void pv_scalar(double *acc, const c
     attr static void pv_bf16_##isa(double *acc, const char *v, int64_t vs, const int32_t *keys,   \
                                    const float *p, int64_t n, int64_t D) {                        \
         pv_##isa(acc, v, vs, keys, p, n, D, true);                                                \
+    }                                                                                             \
+    attr static void scores_multi_f16_##isa(const float *const *q, int nq, const char *k,         \
+                                            int64_t ks, const int32_t *keys, int64_t n,           \
+                                            int64_t D, float scale, float *const *s) {            \
+        scores_multi_##isa(q, nq, k, ks, keys, n, D, scale, s, false);                            \
+    }                                                                                             \
+    attr static void scores_multi_bf16_##isa(const float *const *q, int nq, const char *k,        \
+                                             int64_t ks, const int32_t *keys, int64_t n,          \
+                                             int64_t D, float scale, float *const *s) {           \
+        scores_multi_##isa(q, nq, k, ks, keys, n, D, scale, s, true);                             \
+    }                                                                                             \
+    attr static void pv_multi_f16_##isa(double *const *acc, const float *const *p, int nq,        \
+                                        const char *v, int64_t vs, const int32_t *keys,           \
+                                        int64_t n, int64_t D) {                                   \
+        pv_multi_##isa(acc, p, nq, v, vs, keys, n, D, false);                                     \
+    }                                                                                             \
+    attr static void pv_multi_bf16_##isa(double *const *acc, const float *const *p, int nq,       \
+                                         const char *v, int64_t vs, const int32_t *keys,          \
+                                         int64_t n, int64_t D) {                                  \
+        pv_multi_##isa(acc, p, nq, v, vs, keys, n, D, true);                                      \
     }
 
+/* Several rows one after the other: for the paths without a multi-row kernel. */
+#define FIA_ROW_LOOPS(isa, attr)                                                                  \
+    attr static inline __attribute__((always_inline)) void scores_multi_##isa(                   \
+        const float *const *q, int nq, const char *k, int64_t ks, const int32_t *keys, int64_t n, \
+        int64_t D, float scale, float *const *s, bool bf16) {                                     \
+        for (int r = 0; r < nq; r++)                                                              \
+            scores_##isa(q[r], k, ks, keys, n, D, scale, s[r], bf16);                             \
+    }                                                                                             \
+    attr static inline __attribute__((always_inline)) void pv_multi_##isa(                       \
+        double *const *acc, const float *const *p, int nq, const char *v, int64_t vs,             \
+        const int32_t *keys, int64_t n, int64_t D, bool bf16) {                                   \
+        for (int r = 0; r < nq; r++)                                                              \
+            pv_##isa(acc[r], v, vs, keys, p[r], n, D, bf16);                                      \
+    }
+
+FIA_ROW_LOOPS(scalar, )
 FIA_KERNELS(scalar, )
 
 #ifdef AH_X86
@@ -291,6 +337,128 @@ T5 void pv_avx512(double *acc, const char *v, int64_t vs, const int32_t *keys, c
         pv_block_avx512(acc + d, v + 2 * d, vs, keys, p, n, 16, bf16);
 }
 
+FIA_ROW_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
+
+/* Multi-row kernels. Rows go in groups of FIA_MR; for each key its K (V) row is widened once per
+ * group. Scores: a row's 16-lane dot products of 16 keys are kept, then summed all at once by the
+ * tree of dot16_avx512 (l + l+8, l + l+4, l + l+2, l + l+1, the lower half first), so each score
+ * has the bits dot16_avx512 gives. P . V: the rows' F64 accumulators of 32 (or 16) of the D
+ * elements stay in registers over all keys; p * v is exact in F64, so the fused multiply-add
+ * rounds as pv_block_avx512's multiply then add. */
+#define FIA_MR 4
+
+/* lane j: the sum of v[j] by the tree above */
+T5 __m512 reduce16_avx512(const __m512 *v) {
+    __m512 t[8], u[4], z[2];
+    for (int p = 0; p < 8; p++)
+        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int q = 0; q < 4; q++)
+        u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int r = 0; r < 2; r++) {
+        __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u[2 * r]), _mm512_castps_pd(u[2 * r + 1]));
+        __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u[2 * r]), _mm512_castps_pd(u[2 * r + 1]));
+        z[r] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+    }
+    __m512 sum = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sum);
+}
+
+/* rn (constant after inlining) rows of one group, keys [t0, t0 + tn) */
+T5 void scores_rows_avx512(const float *const *q, int rn, const char *k, int64_t ks, const int32_t *keys,
+                           int64_t t0, int tn, int64_t D, __m512 vscale, float *const *s, bool bf16) {
+    __m512 part[FIA_MR][16];
+    for (int tt = 0; tt < tn; tt++) {
+        const char *row = k + keys[t0 + tt] * ks;
+        __m512 acc[FIA_MR];
+        for (int r = 0; r < rn; r++)
+            acc[r] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) {
+            const __m512 kv = load16_avx512(row + 2 * d, bf16);
+            for (int r = 0; r < rn; r++)
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_loadu_ps(q[r] + d), kv));
+        }
+        for (int r = 0; r < rn; r++)
+            part[r][tt] = acc[r];
+    }
+    const __mmask16 live = (__mmask16)((1u << tn) - 1u);
+    for (int r = 0; r < rn; r++) {
+        for (int tt = tn; tt < 16; tt++)
+            part[r][tt] = _mm512_setzero_ps();
+        float *sr = s[r] + t0;
+        __m512 y = _mm512_add_ps(_mm512_mul_ps(reduce16_avx512(part[r]), vscale), _mm512_maskz_loadu_ps(live, sr));
+        _mm512_mask_storeu_ps(sr, live, y);
+    }
+}
+
+T5 void scores_multi_avx512(const float *const *q, int nq, const char *k, int64_t ks, const int32_t *keys,
+                            int64_t n, int64_t D, float scale, float *const *s, bool bf16) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
+        const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
+        for (int64_t t0 = 0; t0 < n; t0 += 16) {
+            const int tn = n - t0 < 16 ? (int)(n - t0) : 16;
+            switch (rn) {
+            case 1: scores_rows_avx512(q + r0, 1, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            case 2: scores_rows_avx512(q + r0, 2, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            case 3: scores_rows_avx512(q + r0, 3, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            default: scores_rows_avx512(q + r0, 4, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            }
+        }
+    }
+}
+
+/* rn (constant after inlining) rows of one group, `half` 16-element halves of the d-block at d0 */
+T5 void pv_rows_avx512(double *const *acc, const float *const *p, int rn, const char *v, int64_t vs,
+                       const int32_t *keys, int64_t n, int64_t d0, int half, bool bf16) {
+    __m512d a[FIA_MR][4];
+    for (int r = 0; r < rn; r++)
+        for (int c = 0; c < 2 * half; c++)
+            a[r][c] = _mm512_loadu_pd(acc[r] + d0 + 8 * c);
+    for (int64_t t = 0; t < n; t++) {
+        const char *row = v + keys[t] * vs + 2 * d0;
+        __m512d x[4];
+        for (int hh = 0; hh < half; hh++) {
+            const __m512 w16 = load16_avx512(row + 32 * hh, bf16);
+            x[2 * hh] = _mm512_cvtps_pd(_mm512_castps512_ps256(w16));
+            x[2 * hh + 1] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w16), 1)));
+        }
+        for (int r = 0; r < rn; r++) {
+            const float pr = p[r][t];
+            if (pr == 0.0f)
+                continue;
+            const __m512d pv = _mm512_set1_pd((double)pr);
+            for (int c = 0; c < 2 * half; c++)
+                a[r][c] = _mm512_fmadd_pd(pv, x[c], a[r][c]);
+        }
+    }
+    for (int r = 0; r < rn; r++)
+        for (int c = 0; c < 2 * half; c++)
+            _mm512_storeu_pd(acc[r] + d0 + 8 * c, a[r][c]);
+}
+
+T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const char *v, int64_t vs,
+                        const int32_t *keys, int64_t n, int64_t D, bool bf16) {
+    for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
+        const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
+        for (int64_t d0 = 0; d0 < D; d0 += 32) {
+            const bool full = D - d0 >= 32; /* 32 or 16 elements of the row */
+#define PV_ROWS(R)                                                                                   \
+    (full ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 2, bf16)                          \
+          : pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 1, bf16))
+            switch (rn) {
+            case 1: PV_ROWS(1); break;
+            case 2: PV_ROWS(2); break;
+            case 3: PV_ROWS(3); break;
+            default: PV_ROWS(4); break;
+            }
+#undef PV_ROWS
+        }
+    }
+}
+
 FIA_KERNELS(avx2, __attribute__((target("avx2,f16c"))))
 FIA_KERNELS(avx512, __attribute__((target("avx512f,avx2,f16c"))))
 #undef T2
@@ -314,6 +482,8 @@ typedef struct fia_job {
     float *lse; /* [B, N, Sq] contiguous, or NULL */
     fia_scores_fn scores;
     fia_pv_fn pv;
+    fia_scores_multi_fn scores_multi;
+    fia_pv_multi_fn pv_multi;
     atomic_int failed;
 } fia_job;
 
@@ -426,17 +596,30 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         w->n_live[r] = fia_live_keys(job, b, h, i, scores + r * S, w->keys + r * S);
     }
 
-    /* scores: s = (q . k) * scale + bias for the live keys */
-    for (int64_t r = 0; r < R; r++)
-        job->scores(qf + r * D, k, job->k.ss * es, w->live[r], w->n_live[r], D, p->scale,
-                    scores + r * S);
+    /* scores: s = (q . k) * scale + bias for the live keys; rows that share their keys (the heads
+     * of one position) together, so each key is read once for them */
+    const float *qrow[FIA_MAX_GROUP];
+    float *srows[FIA_MAX_GROUP];
+    if (shared && nh > 1) {
+        for (int64_t ii = 0; ii < ni; ii++) {
+            for (int64_t hh = 0; hh < nh; hh++) {
+                qrow[hh] = qf + (hh * ni + ii) * D;
+                srows[hh] = scores + (hh * ni + ii) * S;
+            }
+            job->scores_multi(qrow, (int)nh, k, job->k.ss * es, w->live[ii], w->n_live[ii], D, p->scale, srows);
+        }
+    } else {
+        for (int64_t r = 0; r < R; r++)
+            job->scores(qf + r * D, k, job->k.ss * es, w->live[r], w->n_live[r], D, p->scale,
+                        scores + r * S);
+    }
 
     /* softmax: exact max, exp in F32, sum in F64, P rounded to the input dtype (keys that
      * are not live hold P = 0 and add nothing) */
     for (int64_t r = 0; r < R; r++) {
         const int64_t n = w->n_live[r];
         float *srow = scores + r * S, m = -INFINITY;
-        double sum = 0.0;
+        double sum;
         bool nan = false;
         for (int64_t t = 0; t < n; t++) {
             m = srow[t] > m ? srow[t] : m;
@@ -452,11 +635,7 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
             w->rsum[r] = 0.0;
             continue;
         }
-        for (int64_t t = 0; t < n; t++) {
-            float e = srow[t] == -INFINITY ? 0.0f : expf(srow[t] - m);
-            sum += (double)e;
-            srow[t] = e;
-        }
+        sum = ah_exp_sub_row_sum(srow, n, m); /* exp(-inf - m) is 0 */
         if (dt == ACL_FLOAT16) {
             ah_f32_to_f16_row(srow, w->p16, n);
             ah_f16_to_f32_row(w->p16, srow, n);
@@ -470,9 +649,26 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
 
     /* P . V in F64 for rows with a finite, non-zero sum; positions with P == 0 add nothing */
     memset(acc, 0, (size_t)(R * D) * sizeof(double));
-    for (int64_t r = 0; r < R; r++)
-        if (w->rsum[r] != 0.0 && w->rsum[r] == w->rsum[r])
-            job->pv(acc + r * D, v, job->v.ss * es, w->live[r], scores + r * S, w->n_live[r], D);
+    if (shared && nh > 1) {
+        double *arows[FIA_MAX_GROUP];
+        const float *prows[FIA_MAX_GROUP];
+        for (int64_t ii = 0; ii < ni; ii++) {
+            int nq = 0;
+            for (int64_t hh = 0; hh < nh; hh++) {
+                int64_t r = hh * ni + ii;
+                if (w->rsum[r] != 0.0 && w->rsum[r] == w->rsum[r]) {
+                    arows[nq] = acc + r * D;
+                    prows[nq++] = scores + r * S;
+                }
+            }
+            if (nq > 0)
+                job->pv_multi(arows, prows, nq, v, job->v.ss * es, w->live[ii], w->n_live[ii], D);
+        }
+    } else {
+        for (int64_t r = 0; r < R; r++)
+            if (w->rsum[r] != 0.0 && w->rsum[r] == w->rsum[r])
+                job->pv(acc + r * D, v, job->v.ss * es, w->live[r], scores + r * S, w->n_live[r], D);
+    }
 
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
@@ -589,13 +785,20 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
     const bool bf16 = p->dtype == ACL_BF16;
     job->scores = bf16 ? scores_bf16_scalar : scores_f16_scalar;
     job->pv = bf16 ? pv_bf16_scalar : pv_f16_scalar;
+    job->scores_multi = bf16 ? scores_multi_bf16_scalar : scores_multi_f16_scalar;
+    job->pv_multi = bf16 ? pv_multi_bf16_scalar : pv_multi_f16_scalar;
 #ifdef AH_X86
-    if (ah_isa() == AH_ISA_AVX512)
-        job->scores = bf16 ? scores_bf16_avx512 : scores_f16_avx512,
+    if (ah_isa() == AH_ISA_AVX512) {
+        job->scores = bf16 ? scores_bf16_avx512 : scores_f16_avx512;
         job->pv = bf16 ? pv_bf16_avx512 : pv_f16_avx512;
-    else if (ah_isa() == AH_ISA_AVX2)
-        job->scores = bf16 ? scores_bf16_avx2 : scores_f16_avx2,
+        job->scores_multi = bf16 ? scores_multi_bf16_avx512 : scores_multi_f16_avx512;
+        job->pv_multi = bf16 ? pv_multi_bf16_avx512 : pv_multi_f16_avx512;
+    } else if (ah_isa() == AH_ISA_AVX2) {
+        job->scores = bf16 ? scores_bf16_avx2 : scores_f16_avx2;
         job->pv = bf16 ? pv_bf16_avx2 : pv_f16_avx2;
+        job->scores_multi = bf16 ? scores_multi_bf16_avx2 : scores_multi_f16_avx2;
+        job->pv_multi = bf16 ? pv_multi_bf16_avx2 : pv_multi_f16_avx2;
+    }
 #endif
     /* the split: whole GQA groups and FIA_UNIT_ROWS rows per task; when there are too few tasks
      * for the pool, rows split further first (rows of different sequences in a batched decode

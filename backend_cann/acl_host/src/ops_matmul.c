@@ -8,11 +8,12 @@
  * per-tensor, per-channel or per-group scales: each weight is dequantized to the F32 value
  * (q + offset) * scale, then multiplied like an F32 weight (ah_gemm.h). Decode-sized m (one
  * row or a batch of decoding sequences, up to WQ_MAX_DIRECT_M) streams the quantized weight once
- * and dequantizes in registers for all rows, larger m dequantizes a tile of columns once and
- * reuses it.
- * Work is split over output columns (never over K); every output element follows one fixed
- * sequence, so results do not depend on m, the other rows or the thread count.
+ * and dequantizes in registers for all rows, larger m dequantizes a tile of columns once per
+ * block of rows and reuses it for them.
+ * Work is split over output columns and blocks of rows (never over K); every output element
+ * follows one fixed sequence, so results do not depend on m, the other rows or the thread count.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,9 @@
 #endif
 #ifndef MM_MAX_DIRECT_M
 #define MM_MAX_DIRECT_M 16 /* up to this many rows read F16 weights in place (decode) */
+#endif
+#ifndef WQ_DIRECT_COLS
+#define WQ_DIRECT_COLS 32 /* columns per tile of a decode-sized product (16: 3% slower one-row products) */
 #endif
 #ifndef WQ_PF_TILES
 #define WQ_PF_TILES 3
@@ -73,10 +77,86 @@ static char *tensor_base(const aclTensor *t) {
     return (char *)t->data + t->offset * (int64_t)ah_dtype_size(t->dtype);
 }
 
-/* Columns per tile so that a tile of F32 columns stays around 192 KiB, a multiple of 6. */
-static int64_t tile_cols(int64_t kp) {
-    int64_t nt = (int64_t)(49152 / kp) / 6 * 6;
-    return nt < 6 ? 6 : nt > 96 ? 96 : nt;
+/* Columns per tile of an n-column product: a tile of F32 columns (a panel the rows are multiplied
+ * by, kp floats each) stays within about 512 KiB, so it is read from L2 by every row, and the
+ * tiles come in a multiple of the pool's size where there are several, so the threads get the same
+ * share (n = 192 on 2 threads: 4 tiles of 48, not 84 + 84 + 24). A multiple of 6 (the AVX-512 panel
+ * kernel's register tile). Tile boundaries change no result bit (every element has its own
+ * sequence). */
+static int64_t tile_cols(int64_t kp, int64_t n) {
+    int64_t most = (int64_t)(131072 / kp) / 6 * 6;
+    most = most < 6 ? 6 : most > 96 ? 96 : most;
+    int64_t tiles = (n + most - 1) / most, threads = ah_n_threads();
+    if (tiles > 1 && threads > 1)
+        tiles = (tiles + threads - 1) / threads * threads;
+    int64_t nt = round_up((n + tiles - 1) / tiles, 6);
+    return nt < most ? nt : most;
+}
+
+/* Rows per row block of an m-row product whose tiles are unpacked to F32 (prefill): the block's
+ * activation rows (kp floats each) stay within about 1 MiB, so that they are read from L2 by every
+ * tile instead of from memory (for kp = 4864 and m = 512, 10 MiB per tile otherwise); a tile is
+ * unpacked again for each row block, which costs little next to its products. A multiple of 4
+ * (the AVX-512 panel kernel's rows), the blocks as even as possible. */
+static int64_t panel_rows(int64_t kp, int64_t m) {
+    int64_t most = (int64_t)(262144 / kp) / 4 * 4;
+    most = most < 16 ? 16 : most;
+    if (m <= most)
+        return m;
+    int64_t blocks = (m + most - 1) / most;
+    return round_up((m + blocks - 1) / blocks, 4);
+}
+
+/* Scratch memory of the calling thread (pool workers and stream threads run the kernels): one
+ * buffer per slot, kept between calls so that a product does not map and fault in fresh pages
+ * (prefill's activation panel is over a MiB); a request over SCRATCH_KEEP bytes is served and then
+ * released. Freed when the thread ends. NULL when out of memory. */
+#define SCRATCH_SLOTS 2
+#define SCRATCH_KEEP ((size_t)8 << 20)
+typedef struct scratch {
+    void *p[SCRATCH_SLOTS];
+    size_t cap[SCRATCH_SLOTS];
+} scratch;
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *v) {
+    scratch *s = v;
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        free(s->p[i]);
+    free(s);
+}
+
+static void scratch_key_init(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
+
+static void *scratch_get(int slot, size_t bytes) {
+    (void)pthread_once(&g_scratch_once, scratch_key_init);
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    bytes = (bytes + 63) / 64 * 64;
+    if (s->cap[slot] < bytes) {
+        free(s->p[slot]);
+        s->p[slot] = aligned_alloc(64, bytes);
+        s->cap[slot] = s->p[slot] ? bytes : 0;
+    }
+    return s->p[slot];
+}
+
+/* Gives a scratch_get buffer back: kept unless it is larger than SCRATCH_KEEP. */
+static void scratch_done(int slot) {
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (s && s->cap[slot] > SCRATCH_KEEP) {
+        free(s->p[slot]);
+        s->p[slot] = NULL;
+        s->cap[slot] = 0;
+    }
 }
 
 /* ==== float products ================================================================================ */
@@ -101,6 +181,7 @@ typedef struct mm_ctx {
     const aclTensor *a, *b, *out;
     const float *apack; /* [nb][m][kp] */
     int64_t kp, nt, ntiles, nb;
+    int64_t mb, nrb; /* rows per row block, row blocks: a unit of work is (batch, row block, tile) */
     volatile int failed;
 } mm_ctx;
 
@@ -138,7 +219,7 @@ static void mm_pack_a(void *vctx, int64_t begin, int64_t end) {
 static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
     const mm_ctx *c = vctx;
     const mm_geo *g = &c->p->geo;
-    float *bt = malloc((size_t)(c->nt * c->kp + g->m * c->nt) * sizeof(float));
+    float *bt = scratch_get(1, (size_t)(c->nt * c->kp + c->mb * c->nt) * sizeof(float));
     if (!bt) {
         ((mm_ctx *)vctx)->failed = 1; /* reported by mm_run */
         return;
@@ -146,12 +227,13 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
     float *ct = bt + c->nt * c->kp;
     size_t bes = ah_dtype_size(c->b->dtype), oes = ah_dtype_size(c->out->dtype);
     for (int64_t w = begin; w < end; w++) {
-        int64_t bi = w / c->ntiles, j0 = (w % c->ntiles) * c->nt, oa, ob, oc;
-        int64_t nn = g->n - j0 < c->nt ? g->n - j0 : c->nt;
+        int64_t bi = w / (c->nrb * c->ntiles), rest = w % (c->nrb * c->ntiles), oa, ob, oc;
+        int64_t i0 = rest / c->ntiles * c->mb, j0 = (rest % c->ntiles) * c->nt;
+        int64_t mm = g->m - i0 < c->mb ? g->m - i0 : c->mb, nn = g->n - j0 < c->nt ? g->n - j0 : c->nt;
         batch_offsets(g, bi, &oa, &ob, &oc);
         const char *bcols = tensor_base(c->b) + (ob + j0 * g->b_cs) * (int64_t)bes;
         /* decode-sized rows times F16 columns lying k-contiguous: read in place, no F32 panel */
-        ah_gemm_tile t = {.m = g->m, .n = nn, .kp = c->kp, .a = c->apack + bi * g->m * c->kp, .lda = c->kp,
+        ah_gemm_tile t = {.m = mm, .n = nn, .kp = c->kp, .a = c->apack + (bi * g->m + i0) * c->kp, .lda = c->kp,
                           .b16 = (const uint16_t *)(const void *)bcols, .ldb = g->b_cs, .c = ct, .ldc = c->nt};
         bool direct = c->b->dtype == ACL_FLOAT16 && g->b_rs == 1 && g->k == c->kp && g->m <= MM_MAX_DIRECT_M;
         if (!direct || !ah_gemm_run_f16(&t)) {
@@ -166,11 +248,16 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
             ah_gemm_run_tile(&t);
         }
         char *out = tensor_base(c->out) + oc * (int64_t)oes;
-        for (int64_t i = 0; i < g->m; i++)
-            for (int64_t j = 0; j < nn; j++)
-                store_one(c->out->dtype, out, i * g->c_rs + (j0 + j) * g->c_cs, ct[i * c->nt + j]);
+        for (int64_t i = i0; i < i0 + mm; i++) {
+            const float *src = ct + (i - i0) * c->nt;
+            if (c->out->dtype == ACL_FLOAT && g->c_cs == 1)
+                memcpy(out + (i * g->c_rs + j0) * 4, src, (size_t)nn * sizeof(float));
+            else
+                for (int64_t j = 0; j < nn; j++)
+                    store_one(c->out->dtype, out, i * g->c_rs + (j0 + j) * g->c_cs, src[j]);
+        }
     }
-    free(bt);
+    scratch_done(1);
 }
 
 static aclError mm_run(const aclOpExecutor *ex, void *workspace) {
@@ -195,15 +282,17 @@ static aclError mm_run(const aclOpExecutor *ex, void *workspace) {
         return ACL_SUCCESS;
     }
     c.kp = round_up(g->k, AH_GEMM_KALIGN);
-    c.nt = tile_cols(c.kp);
+    c.nt = tile_cols(c.kp, g->n);
     c.ntiles = (g->n + c.nt - 1) / c.nt;
-    float *apack = malloc((size_t)(c.nb * g->m * c.kp) * sizeof(float));
+    c.mb = g->m > MM_MAX_DIRECT_M ? panel_rows(c.kp, g->m) : g->m;
+    c.nrb = (g->m + c.mb - 1) / c.mb;
+    float *apack = scratch_get(0, (size_t)(c.nb * g->m * c.kp) * sizeof(float));
     if (!apack)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
     ah_parallel_for(c.nb * g->m, 64, mm_pack_a, &c);
-    ah_parallel_for(c.nb * c.ntiles, 1, mm_tiles, &c);
-    free(apack);
+    ah_parallel_for(c.nb * c.nrb * c.ntiles, 1, mm_tiles, &c);
+    scratch_done(0);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     return ACL_SUCCESS;
@@ -350,6 +439,7 @@ typedef struct wq_ctx {
     const aclTensor *x, *w, *scale, *offset, *bias, *y;
     const float *apack; /* [m][kp] */
     int64_t kp, ngroups, gsize, nt, ntiles;
+    int64_t mb, nrb; /* rows per row block, row blocks: a unit of work is (row block, tile) */
     volatile int failed;
 } wq_ctx;
 
@@ -409,26 +499,28 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     bool direct_cols = p->w_transposed && p->k % AH_GEMM_KALIGN == 0;
     bool blocked = p->m > WQ_MAX_DIRECT_M;
     size_t need = (size_t)(2 * nt * c->ngroups) * sizeof(float) + (direct_cols ? 0 : nt * qbytes) +
-                  (blocked ? (size_t)(nt * kp) * sizeof(float) : 0) + (size_t)(p->m * nt) * sizeof(float);
-    char *mem = malloc(need);
+                  (blocked ? (size_t)(nt * kp) * sizeof(float) : 0) + (size_t)(c->mb * nt) * sizeof(float);
+    char *mem = scratch_get(1, need);
     if (!mem) {
         c->failed = 1;
         return;
     }
     float *sc = (float *)(void *)mem, *of = sc + nt * c->ngroups;
     float *ct = of + nt * c->ngroups;
-    float *ft = ct + p->m * nt;
+    float *ft = ct + c->mb * nt;
     int8_t *qt = (int8_t *)(void *)(ft + (blocked ? nt * kp : 0));
     const char *wbase = (const char *)c->w->data; /* int4 offsets count nibbles */
     int64_t w_off = c->w->offset;
     int64_t ws0 = c->w->strides[0], ws1 = c->w->strides[1]; /* along k, along n */
-    for (int64_t tile = begin; tile < end; tile++) {
+    for (int64_t unit = begin; unit < end; unit++) {
+        int64_t tile = unit % c->ntiles, i0 = unit / c->ntiles * c->mb;
+        int64_t mm = p->m - i0 < c->mb ? p->m - i0 : c->mb;
         int64_t j0 = tile * nt, nn = p->n - j0 < nt ? p->n - j0 : nt;
         wq_gather_params(c, c->scale, j0, nn, sc);
         if (c->offset)
             wq_gather_params(c, c->offset, j0, nn, of);
         /* parameters WQ_PF_TILES tiles ahead arrive while these run (the first tile starts the run) */
-        for (int64_t t1 = tile == begin ? tile + 1 : tile + WQ_PF_TILES;
+        for (int64_t t1 = unit == begin ? tile + 1 : tile + WQ_PF_TILES;
              t1 <= tile + WQ_PF_TILES && t1 < c->ntiles; t1++) {
             int64_t nn1 = p->n - t1 * nt < nt ? p->n - t1 * nt : nt;
             wq_prefetch_params(c, c->scale, t1 * nt, nn1);
@@ -457,37 +549,37 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
             wq = qt;
             ldw = (int64_t)qbytes;
         }
-        ah_gemm_quant q = {.m = p->m, .n = nn, .kp = kp, .group = c->gsize, .a = c->apack, .lda = kp,
+        const float *a = c->apack + i0 * kp;
+        ah_gemm_quant q = {.m = mm, .n = nn, .kp = kp, .group = c->gsize, .a = a, .lda = kp,
                            .w = wq, .ldw = ldw, .int4 = p->int4, .scales = sc,
                            .offsets = c->offset ? of : NULL, .lds = c->ngroups, .c = ct, .ldc = nt};
         if (!blocked) {
             ah_gemm_run_quant(&q);
         } else {
             ah_gemm_unpack_quant(&q, ft, kp);
-            ah_gemm_tile t = {.m = p->m, .n = nn, .kp = kp, .a = c->apack, .lda = kp, .b = ft, .ldb = kp,
-                              .c = ct, .ldc = nt};
+            ah_gemm_tile t = {.m = mm, .n = nn, .kp = kp, .a = a, .lda = kp, .b = ft, .ldb = kp, .c = ct, .ldc = nt};
             ah_gemm_run_tile(&t);
         }
         if (c->bias)
             for (int64_t j = 0; j < nn; j++) {
                 float bias = load_one(c->bias->dtype, tensor_base(c->bias),
                                       (j0 + j) * c->bias->strides[c->bias->ndim - 1]);
-                for (int64_t i = 0; i < p->m; i++)
+                for (int64_t i = 0; i < mm; i++)
                     ct[i * nt + j] += bias;
             }
         char *y = tensor_base(c->y);
         int64_t ys0 = c->y->strides[0], ys1 = c->y->strides[1];
         size_t es = ah_dtype_size(c->y->dtype);
-        for (int64_t i = 0; i < p->m; i++) {
-            char *yrow = y + (i * ys0 + j0 * ys1) * (int64_t)es;
+        for (int64_t i = 0; i < mm; i++) {
+            char *yrow = y + ((i0 + i) * ys0 + j0 * ys1) * (int64_t)es;
             if (ys1 == 1 && c->y->dtype == ACL_FLOAT16)
                 ah_f32_to_f16_row(ct + i * nt, (uint16_t *)(void *)yrow, nn);
             else
                 for (int64_t j = 0; j < nn; j++)
-                    store_one(c->y->dtype, y, i * ys0 + (j0 + j) * ys1, ct[i * nt + j]);
+                    store_one(c->y->dtype, y, (i0 + i) * ys0 + (j0 + j) * ys1, ct[i * nt + j]);
         }
     }
-    free(mem);
+    scratch_done(1);
 }
 
 /* x rows as F32 [m][kp], zero padded; for INT4 weights each 32-block is reordered even elements
@@ -495,7 +587,6 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
 static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
     const wq_ctx *c = vctx;
     const wq_params *p = c->p;
-    float row[AH_GEMM_KALIGN];
     for (int64_t i = begin; i < end; i++) {
         float *dst = (float *)c->apack + i * c->kp;
         const char *base = tensor_base(c->x);
@@ -504,13 +595,7 @@ static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
         load_f32(c->x->dtype, base + i * rs * (int64_t)es, cs, p->k, dst);
         memset(dst + p->k, 0, (size_t)(c->kp - p->k) * sizeof(float));
         if (p->int4)
-            for (int64_t k0 = 0; k0 < c->kp; k0 += AH_GEMM_KALIGN) {
-                memcpy(row, dst + k0, sizeof row);
-                for (int e = 0; e < 16; e++) {
-                    dst[k0 + e] = row[2 * e];
-                    dst[k0 + 16 + e] = row[2 * e + 1];
-                }
-            }
+            ah_gemm_int4_order(dst, c->kp);
     }
 }
 
@@ -526,9 +611,11 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     c.kp = round_up(p->k, AH_GEMM_KALIGN);
     c.gsize = p->mode == SCALE_GROUP ? p->group : c.kp;
     c.ngroups = p->mode == SCALE_GROUP ? (p->k + p->group - 1) / p->group : 1;
-    c.nt = p->m > WQ_MAX_DIRECT_M ? tile_cols(c.kp) : 16;
+    c.nt = p->m > WQ_MAX_DIRECT_M ? tile_cols(c.kp, p->n) : WQ_DIRECT_COLS;
     c.ntiles = (p->n + c.nt - 1) / c.nt;
-    float *apack = malloc((size_t)(p->m * c.kp) * sizeof(float));
+    c.mb = p->m > WQ_MAX_DIRECT_M ? panel_rows(c.kp, p->m) : p->m;
+    c.nrb = (p->m + c.mb - 1) / c.mb;
+    float *apack = scratch_get(0, (size_t)(p->m * c.kp) * sizeof(float));
     if (!apack)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
@@ -541,9 +628,9 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     int64_t tile_weights = c.kp * c.nt * (p->m < 4 ? p->m : 4);
     int64_t grain = (WQ_MIN_CHUNK_WEIGHTS + tile_weights - 1) / tile_weights;
     if (c.kp * p->n * p->m < (p->m > 1 ? WQ_MIN_PARALLEL_ROWS : WQ_MIN_PARALLEL))
-        grain = c.ntiles;
-    ah_parallel_for(c.ntiles, grain, wq_tiles, &c);
-    free(apack);
+        grain = c.nrb * c.ntiles;
+    ah_parallel_for(c.nrb * c.ntiles, grain, wq_tiles, &c);
+    scratch_done(0);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     return ACL_SUCCESS;

@@ -1,15 +1,17 @@
 /* ops_softmax.c - aclnnSoftmax: out = exp(x - max) / sum(exp(x - max)) along dim.
  *
  * Dtypes F32, F16, BF16 (computed in F32) and F64 (in double); out has self's shape and a float
- * dtype. The row sum uses the fixed 16-lane order of ah_rows.h and exp is the C library's, so a
- * row's result is the same whatever the batch or thread count. A row of -inf gives NaN (as
- * torch). Rows run in parallel.
+ * dtype. The row sum uses the fixed 16-lane order of ah_rows.h and exp is acl_host's (ah_exp.h,
+ * vectorised, 1 ulp; the C library's in double for F64), so a row's result is the same whatever the
+ * batch, the thread count or the instruction set. A row of -inf gives NaN (as torch). Rows run in
+ * parallel.
  */
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
 #include <stdlib.h>
 
+#include "ah_exp.h"
 #include "ah_rows.h"
 
 
@@ -30,8 +32,7 @@ static void softmax_row_f32(float *v, int64_t n) {
     float max = -INFINITY;
     for (int64_t i = 0; i < n; i++)
         max = v[i] > max ? v[i] : max;
-    for (int64_t i = 0; i < n; i++)
-        v[i] = expf(v[i] - max);
+    ah_exp_sub_row(v, n, max);
     float inv = 1.0f / ah_sum_f32(v, n);
     for (int64_t i = 0; i < n; i++)
         v[i] = v[i] * inv;
