@@ -102,6 +102,11 @@ class KVCache:
 
     def find_slots(self, n_tokens: int) -> np.ndarray:
         """The first n_tokens empty cells (int64), or ContextFullError."""
+        if n_tokens == 1:                  # a decode step: argmax stops at the first empty cell
+            empty = self.pos < 0
+            first = int(np.argmax(empty))
+            if empty[first]:
+                return np.array([first], dtype=np.int64)
         free = np.flatnonzero(self.pos < 0)
         if free.size < n_tokens:
             raise ContextFullError(

@@ -93,6 +93,7 @@ class Sampler:
                                      count=len(self.logit_bias))
         self._bias_vals = np.fromiter(self.logit_bias.values(), dtype=np.float32,
                                       count=len(self.logit_bias))
+        self._bias_bans_only = bool(self._bias_vals.size) and bool(np.all(self._bias_vals == -np.inf))
         if seed is None or int(seed) < 0:      # llama.cpp: -1 means a random seed
             seed = int(np.random.SeedSequence().entropy % (1 << 32))
         self.seed = int(seed)
@@ -248,6 +249,8 @@ class Sampler:
             return best
         if best in self.logit_bias:
             return None
+        if self._bias_bans_only and logits[best] > -np.inf:
+            return best                       # banned tokens (-inf) never beat a finite best
         ok = self._bias_ids < logits.shape[0]
         ids = self._bias_ids[ok]
         vals = logits[ids] + self._bias_vals[ok]

@@ -490,10 +490,12 @@ class Plan:
                 continue
             for root, src_slot, copy in sp.copies:
                 self._copy_in(root, src_slot, copy, sp.slot, mem)
-            if prof is not None:
-                launches.setdefault(sp.slot, []).append(prof.now_us())
-            with profiler.span(f"launch {slot.name}", nodes=len(sp.nodes)):
+            if prof is None:
                 slot.backend.graph_compute(sp.graph)
+            else:
+                launches.setdefault(sp.slot, []).append(prof.now_us())
+                with prof.span(f"launch {slot.name}", "host", nodes=len(sp.nodes)):
+                    slot.backend.graph_compute(sp.graph)
             if eval_callback is not None:
                 slot.backend.synchronize()
                 if not self._show(sp, None, eval_callback):
@@ -501,16 +503,25 @@ class Plan:
                     return None
         out = {}
         with profiler.span("download outputs"):
-            for name, t in (self.outputs.items() if read_outputs else ()):
-                k = self.assign[self.index[t.address]] if t.address in self.index else None
+            for name, t, k, shape, dtype in (self._output_reads() if read_outputs else ()):
                 if k is None or slots[k].is_cpu:
-                    out[name] = mem.read(t).reshape(t.shape).copy()
+                    out[name] = mem.read(t).reshape(shape).copy()
                 else:   # into a new array: the caller keeps it (no copy of the logits)
-                    out[name] = slots[k].backend.get_tensor_async(t, np.empty(t.shape, t.dtype))
+                    out[name] = slots[k].backend.get_tensor_async(t, np.empty(shape, dtype))
             for s in slots[:-1]:
                 s.backend.synchronize()
         self._record_nodes(prof, launches)
         return out
+
+    def _output_reads(self) -> list:
+        """(name, tensor, slot index or None, numpy shape, dtype) of every output, read once: a
+        decode token reads them each time and every attribute read crosses cffi."""
+        reads = self.__dict__.get("_reads")
+        if reads is None:
+            reads = self._reads = [
+                (name, t, self.assign[self.index[t.address]] if t.address in self.index else None,
+                 t.shape, t.dtype) for name, t in self.outputs.items()]
+        return reads
 
     def _record_nodes(self, prof, launches: dict) -> None:
         """The profiler's device events for the graphs this run launched (launches: slot -> host
