@@ -118,7 +118,8 @@ class KVCache:
         """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""
         pos = np.asarray(pos, dtype=np.int64)
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        if np.any(seq_ids < 0) or np.any(seq_ids >= MAX_SEQ):
+        ids = seq_ids.tolist() if seq_ids.size <= 64 else seq_ids     # a decode step: no numpy calls
+        if len(ids) and (min(ids) < 0 or max(ids) >= MAX_SEQ):
             raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}")
         self.pos[cells] = pos
         self.seq[cells] = np.left_shift(np.uint64(1), seq_ids.astype(np.uint64))
