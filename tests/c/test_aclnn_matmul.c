@@ -190,7 +190,9 @@ static void test_wq_batch_invariance(wq_case c) {
     CHECK(wq_run(&d, x + 40 * c.k, 7, y7) == 0);
     CHECK(memcmp(y7, y64 + 40 * c.n, (size_t)(7 * c.n) * 2) == 0);
     /* batched-decode sizes (rows decoded in registers, several row chunks) against the blocked m=64 */
-    const int64_t ms[] = {2, 3, 4, 5, 8, 9, 13, 16, 17};
+    /* (AVX-512: 1-4 rows one tile of 4 columns; 5-8 rows one chunk, tiles of 2 columns; 9-16 two
+     * chunks of 4-8 rows; 17 the blocked path) */
+    const int64_t ms[] = {2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17};
     uint16_t *ym = malloc((size_t)(17 * c.n) * 2);
     for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
         CHECK(wq_run(&d, x + 5 * c.k, ms[t], ym) == 0);
@@ -287,7 +289,7 @@ static void test_float_products(void) {
     k = 256, n = 50;
     uint16_t *h64 = malloc((size_t)(64 * n) * 2), *hm = malloc((size_t)(17 * n) * 2);
     CHECK(float_mm(ACL_FLOAT16, 1, 1, 64, k, n, 0, h64) < 2e-3);
-    const int64_t hms[] = {1, 2, 3, 4, 5, 13, 16, 17};
+    const int64_t hms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17};
     for (size_t t = 0; t < sizeof hms / sizeof hms[0]; t++) {
         CHECK(float_mm(ACL_FLOAT16, 1, 1, hms[t], k, n, 0, hm) < 2e-3);
         CHECK(memcmp(hm, h64, (size_t)(hms[t] * n) * 2) == 0);
@@ -496,6 +498,8 @@ static uint64_t child_product_hash(void) {
     uint16_t *yf = malloc((size_t)(70 * 50) * 4);
     float_mm(ACL_FLOAT16, 1, 1, 64, 300, 50, 0, yf);
     h ^= fnv(yf, (size_t)(64 * 50) * 2) * 7;
+    float_mm(ACL_FLOAT16, 1, 1, 8, 320, 49, 0, yf); /* decode-sized rows read in place (AVX-512) */
+    h ^= fnv(yf, (size_t)(8 * 49) * 2) * 5;
     /* k cut into steps by the AVX-512 panel kernel (kp 1120 > 1024), rows and columns not
      * multiples of its register tile */
     float_mm(ACL_FLOAT16, 1, 1, 70, 1100, 47, 0, yf);
@@ -523,15 +527,15 @@ static uint64_t child_product_hash(void) {
     free(x), free(y);
     wq_free(&d);
     /* the batched-decode and generic kernels: Q4_0 / Q4_1 / Q8_0, groups of 32 and 64, per-channel,
-     * m = 1, 4 (one row chunk) and 6 (two) */
+     * m = 1, 4, 6, 8 (one row chunk on AVX-512) and 12 (two) */
     const wq_case more[] = {{0, 320, 24, 1, 32, 0, 1, 0}, {0, 320, 24, 1, 32, 1, 1, 0}, {0, 320, 24, 0, 32, 0, 1, 0},
                             {0, 320, 24, 0, 32, 1, 1, 0}, {0, 320, 24, 1, 64, 1, 1, 0}, {0, 96, 21, 0, 0, 1, 1, 0},
                             {0, 100, 14, 1, 64, 1, 1, 0}};
-    const int64_t mrows[] = {1, 4, 6};
+    const int64_t mrows[] = {1, 4, 6, 8, 12};
     for (size_t t = 0; t < sizeof more / sizeof more[0]; t++) {
         wq_make(&d, more[t]);
-        x = malloc((size_t)(6 * more[t].k) * 2), y = malloc((size_t)(6 * more[t].n) * 2);
-        for (int64_t i = 0; i < 6 * more[t].k; i++) x[i] = f16((float)urand());
+        x = malloc((size_t)(12 * more[t].k) * 2), y = malloc((size_t)(12 * more[t].n) * 2);
+        for (int64_t i = 0; i < 12 * more[t].k; i++) x[i] = f16((float)urand());
         for (size_t r = 0; r < sizeof mrows / sizeof mrows[0]; r++) {
             wq_run(&d, x, mrows[r], y);
             h = h * 1099511628211ull ^ fnv(y, (size_t)(mrows[r] * more[t].n) * 2);
@@ -668,11 +672,11 @@ static void bench_case(bench_type type, int64_t k, int64_t n, int64_t m, double 
     free(dw), free(ds), free(ex), free(keep), free(hw), free(hp), free(hx);
 }
 
-/* The matmuls of one SmolLM2-135M decode token (30 layers of q, k, v, o, gate, up, down in `type`,
- * then the 576 x 49152 Q8_0 output layer), each weight its own copy (92 MiB for Q4_1, so weights
- * come from memory as in decode), launched back to back with one synchronize: ms per token, median
- * of `rounds`. */
-static void bench_token(bench_type type, int rounds) {
+/* The matmuls of one SmolLM2-135M decode step of `m` sequences (30 layers of q, k, v, o, gate, up,
+ * down in `type`, then the 576 x 49152 Q8_0 output layer), each weight its own copy (92 MiB for
+ * Q4_1, so weights come from memory as in decode), launched back to back with one synchronize: ms
+ * per step, median of `rounds`. */
+static void bench_token(bench_type type, int rounds, int64_t m) {
     static const char *names[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
     static const int64_t shapes[7][2] = {{576, 576}, {576, 192}, {576, 192}, {576, 576},
                                          {576, 1536}, {576, 1536}, {1536, 576}};
@@ -683,11 +687,11 @@ static void bench_token(bench_type type, int rounds) {
     int nk = 0, nm = 0;
     memset(keep, 0, sizeof keep);
     int64_t kmax = 1536;
-    void *dx = dev_alloc((size_t)kmax * 4), *dy = dev_alloc((size_t)49152 * 4);
-    uint16_t *hx = malloc((size_t)kmax * 4);
-    for (int64_t i = 0; i < kmax * 2; i++)
+    void *dx = dev_alloc((size_t)(m * kmax) * 4), *dy = dev_alloc((size_t)(m * 49152) * 4);
+    uint16_t *hx = malloc((size_t)(m * kmax) * 4);
+    for (int64_t i = 0; i < m * kmax * 2; i++)
         hx[i] = f16((float)urand());
-    CHECK(aclrtMemcpy(dx, (size_t)kmax * 4, hx, (size_t)kmax * 4, ACL_MEMCPY_HOST_TO_DEVICE) == 0);
+    CHECK(aclrtMemcpy(dx, (size_t)(m * kmax) * 4, hx, (size_t)(m * kmax) * 4, ACL_MEMCPY_HOST_TO_DEVICE) == 0);
     double wbytes_total = 0;
     for (int op = 0; op < NOPS; op++) {
         bool out = op == NOPS - 1;
@@ -704,7 +708,7 @@ static void bench_token(bench_type type, int rounds) {
         free(hw);
         mem[nm++] = dw;
         wbytes_total += (double)wb;
-        int64_t xd[2] = {1, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {ng, n}, sst[2] = {1, ng}, yd[2] = {1, n};
+        int64_t xd[2] = {m, k}, wd[2] = {k, n}, wst[2] = {1, k}, sd[2] = {ng, n}, sst[2] = {1, ng}, yd[2] = {m, n};
         uint64_t ws = 0;
         aclTensor *tx = tensor(xd, 2, ty == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dx);
         aclTensor *ty_ = tensor(yd, 2, ty == BF16W ? ACL_FLOAT : ACL_FLOAT16, NULL, dy);
@@ -743,8 +747,8 @@ static void bench_token(bench_type type, int rounds) {
             t[r] = now() - t0;
     }
     qsort(t, (size_t)rounds, sizeof t[0], cmp_double);
-    printf("bench token %s: %.3f ms (min %.3f), %.1f MB of weights, %.1f GB/s\n", names[type], t[rounds / 2] * 1e3,
-           t[0] * 1e3, wbytes_total * 1e-6, wbytes_total / t[rounds / 2] * 1e-9);
+    printf("bench token %s m=%lld: %.3f ms (min %.3f), %.1f MB of weights, %.1f GB/s\n", names[type], (long long)m,
+           t[rounds / 2] * 1e3, t[0] * 1e3, wbytes_total * 1e-6, wbytes_total / t[rounds / 2] * 1e-9);
     free(t);
     for (int op = 0; op < NOPS; op++)
         aclDestroyAclOpExecutor(ex[op]);
@@ -761,7 +765,8 @@ static void bench_token(bench_type type, int rounds) {
  * decode (m = 1, weights from memory), batched decode (m = 8) and prefill (m = 512, from cache).
  * CT_BENCH=quick: SmolLM2's m = 1 and 512 only. CT_BENCH_TYPES=Q4_0,Q8_0,... picks types.
  * CT_BENCH=one:TYPE:K:N:M:ROUNDS[:MB]: that one product ROUNDS times, its weights in cache or cycled
- * over MB megabytes of copies (for a profiler). CT_BENCH=token[:ROUNDS]: bench_token. */
+ * over MB megabytes of copies (for a profiler). CT_BENCH=token[:ROUNDS[:M]]: bench_token (M sequences,
+ * default 1). */
 static void bench_all(void) {
     const char *sel = getenv("CT_BENCH_TYPES"), *mode = getenv("CT_BENCH");
     char tname[8];
@@ -776,12 +781,14 @@ static void bench_all(void) {
                     bench_case((bench_type)ty, k, n, m, mem_bytes * 1e6);
         return;
     }
-    if (strncmp(mode, "token", 5) == 0) { /* CT_BENCH=token[:ROUNDS] */
+    if (strncmp(mode, "token", 5) == 0) { /* CT_BENCH=token[:ROUNDS[:M]] */
         int r = mode[5] == ':' ? atoi(mode + 6) : 20;
+        const char *mc = mode[5] == ':' ? strchr(mode + 6, ':') : NULL;
+        int64_t tm = mc ? atoll(mc + 1) : 1;
         static const char *tn[] = {"Q4_0", "Q4_1", "Q8_0", "F16"};
         for (int ty = 0; ty < 4; ty++)
             if (!sel || strstr(sel, tn[ty]))
-                bench_token((bench_type)ty, r > 0 ? r : 20);
+                bench_token((bench_type)ty, r > 0 ? r : 20, tm > 0 ? tm : 1);
         return;
     }
     bool quick = strcmp(mode, "quick") == 0;

@@ -362,188 +362,6 @@ static T5 void q8m1_run_avx512(const ah_gemm_quant *q) {
     }
 }
 
-/* Several rows (batched decode), INT4 with 32-element groups on AVX-512: per block of Q4_RN
- * columns, row chunks of at most Q4_RM rows each run the whole K with the same per-element
- * sequence as q4m1_block; the columns are dequantized once per block and chunk (2 FMAs per row
- * and block remain) and their bytes come from L1 after the first chunk, so the weights are read
- * from memory once for all m rows. */
-#define Q4_RM 4
-static inline __attribute__((always_inline)) T5 void q4mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
-                                                               int rm, int rn, bool offs) {
-    enum { RN = Q4_RN, RM = Q4_RM };
-    const __m512 tab0 = a5_i4tab();
-    const int64_t nblk = q->kp / 32, ldw = q->ldw, lds = q->lds, lda = q->lda;
-    const uint8_t *w = (const uint8_t *)q->w + j0 * ldw;
-    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
-    const float *a = q->a + i0 * lda;
-    const char *pf = (const char *)w + AH_GEMM_PF_BYTES;
-    const int64_t pf_step = ldw * rn / nblk;
-    __m512 tot[RM][RN];
-    for (int r = 0; r < rm; r++)
-        for (int c = 0; c < rn; c++)
-            tot[r][c] = _mm512_setzero_ps();
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        if (pf_step <= 64)
-            __builtin_prefetch(pf + blk * pf_step);
-        else
-            for (int64_t off = 0; off < pf_step; off += 64)
-                __builtin_prefetch(pf + blk * pf_step + off);
-        for (int c = 0; c < rn; c++) {
-            __m512 tab = offs ? _mm512_add_ps(tab0, _mm512_set1_ps(of[c * lds + blk])) : tab0;
-            if (sc)
-                tab = _mm512_mul_ps(tab, _mm512_set1_ps(sc[c * lds + blk]));
-            const __m512i nib =
-                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + c * ldw + blk * 16)));
-            const __m512 lo = _mm512_permutexvar_ps(nib, tab);
-            const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(nib, 4), tab);
-            for (int r = 0; r < rm; r++) {
-                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, tot[r][c]);
-                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, tot[r][c]);
-            }
-        }
-    }
-    for (int r = 0; r < rm; r++)
-        for (int c = 0; c < rn; c++)
-            q->c[(i0 + r) * q->ldc + j0 + c] = a5_reduce(tot[r][c]);
-}
-
-/* The same for INT8 columns (the Q8_0 output layer of small models): VI8 decodes each half, then
- * (q + offset) * scale as everywhere. */
-static inline __attribute__((always_inline)) T5 void q8mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
-                                                               int rm, int rn, bool offs) {
-    enum { RN = Q4_RN, RM = Q4_RM };
-    const int64_t nblk = q->kp / 32, ldw = q->ldw, lds = q->lds, lda = q->lda;
-    const int8_t *w = q->w + j0 * ldw;
-    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
-    const float *a = q->a + i0 * lda;
-    const char *pf = (const char *)w + AH_GEMM_PF_BYTES;
-    const int64_t pf_step = ldw * rn / nblk;
-    __m512 tot[RM][RN];
-    for (int r = 0; r < rm; r++)
-        for (int c = 0; c < rn; c++)
-            tot[r][c] = _mm512_setzero_ps();
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        for (int64_t off = 0; off < pf_step; off += 64)
-            __builtin_prefetch(pf + blk * pf_step + off);
-        for (int c = 0; c < rn; c++) {
-            __m512 lo = a5_i8(w + c * ldw + blk * 32), hi = a5_i8(w + c * ldw + blk * 32 + 16);
-            if (offs) {
-                const __m512 o = _mm512_set1_ps(of[c * lds + blk]);
-                lo = _mm512_add_ps(lo, o);
-                hi = _mm512_add_ps(hi, o);
-            }
-            if (sc) {
-                const __m512 s = _mm512_set1_ps(sc[c * lds + blk]);
-                lo = _mm512_mul_ps(lo, s);
-                hi = _mm512_mul_ps(hi, s);
-            }
-            for (int r = 0; r < rm; r++) {
-                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32), lo, tot[r][c]);
-                tot[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(a + r * lda + blk * 32 + 16), hi, tot[r][c]);
-            }
-        }
-    }
-    for (int r = 0; r < rm; r++)
-        for (int c = 0; c < rn; c++)
-            q->c[(i0 + r) * q->ldc + j0 + c] = a5_reduce(tot[r][c]);
-}
-
-/* Row chunks of at most Q4_RM rows, each a q4mr_block (int8: q8mr_block) with a constant row
- * count, so the compiler unrolls the rows of each chunk size. */
-static inline __attribute__((always_inline)) T5 void mr_cols(const ah_gemm_quant *q, int64_t j, int rn,
-                                                            bool offs, bool int8) {
-    const int64_t nchunk = (q->m + Q4_RM - 1) / Q4_RM;
-    for (int64_t ch = 0, i0 = 0; ch < nchunk; ch++) {
-        int64_t i1 = q->m * (ch + 1) / nchunk;
-        switch (i1 - i0) {
-        case 1: int8 ? q8mr_block(q, i0, j, 1, rn, offs) : q4mr_block(q, i0, j, 1, rn, offs); break;
-        case 2: int8 ? q8mr_block(q, i0, j, 2, rn, offs) : q4mr_block(q, i0, j, 2, rn, offs); break;
-        case 3: int8 ? q8mr_block(q, i0, j, 3, rn, offs) : q4mr_block(q, i0, j, 3, rn, offs); break;
-        default: int8 ? q8mr_block(q, i0, j, 4, rn, offs) : q4mr_block(q, i0, j, 4, rn, offs); break;
-        }
-        i0 = i1;
-    }
-}
-
-static T5 void q8mr_run_avx512(const ah_gemm_quant *q) {
-    const bool offs = q->offsets != NULL;
-    int64_t j = 0;
-    for (; j + Q4_RN <= q->n; j += Q4_RN)
-        if (offs)
-            mr_cols(q, j, Q4_RN, true, true);
-        else
-            mr_cols(q, j, Q4_RN, false, true);
-    for (; j < q->n; j++)
-        mr_cols(q, j, 1, offs, true);
-}
-
-static T5 void q4mr_run_avx512(const ah_gemm_quant *q) {
-    const bool offs = q->offsets != NULL;
-    int64_t j = 0;
-    for (; j + Q4_RN <= q->n; j += Q4_RN)
-        if (offs)
-            mr_cols(q, j, Q4_RN, true, false);
-        else
-            mr_cols(q, j, Q4_RN, false, false);
-    for (; j < q->n; j++)
-        mr_cols(q, j, 1, offs, false);
-}
-
-/* F16 columns on AVX-512: rows in chunks of F16_RM, F16_RN columns at once, each column's 16
- * values widened once per step for all rows of the chunk; the per-element sequence of tile_block
- * (fma(a, b, tot) per 16-element step, then the fixed reduction). */
-#define F16_RM 4
-#define F16_RN 4
-static inline __attribute__((always_inline)) T5 void f16_block(const ah_gemm_tile *t, int64_t i0, int64_t j0,
-                                                              int rm, int rn) {
-    __m512 tot[F16_RM][F16_RN];
-    for (int r = 0; r < rm; r++)
-        for (int c = 0; c < rn; c++)
-            tot[r][c] = _mm512_setzero_ps();
-    const float *a = t->a + i0 * t->lda;
-    const uint16_t *b = t->b16 + j0 * t->ldb;
-    /* the rn columns are one run when ldb == kp: fetch AH_GEMM_PF_BYTES ahead of it (hint) */
-    const char *pf = (const char *)b + AH_GEMM_PF_BYTES;
-    const int64_t pf_step = t->ldb * 2 * rn / (t->kp / 16);
-    for (int64_t k = 0; k < t->kp; k += 16) {
-        for (int64_t off = 0; off < pf_step; off += 64)
-            __builtin_prefetch(pf + (k / 16) * pf_step + off);
-        __m512 bv[F16_RN];
-        for (int c = 0; c < rn; c++)
-            bv[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(b + c * t->ldb + k)));
-        for (int r = 0; r < rm; r++) {
-            const __m512 av = _mm512_loadu_ps(a + r * t->lda + k);
-            for (int c = 0; c < rn; c++)
-                tot[r][c] = _mm512_fmadd_ps(av, bv[c], tot[r][c]);
-        }
-    }
-    for (int r = 0; r < rm; r++)
-        for (int c = 0; c < rn; c++)
-            t->c[(i0 + r) * t->ldc + j0 + c] = a5_reduce(tot[r][c]);
-}
-
-static inline __attribute__((always_inline)) T5 void f16_cols(const ah_gemm_tile *t, int64_t j, int rn) {
-    int64_t i = 0;
-    for (; i + F16_RM <= t->m; i += F16_RM)
-        f16_block(t, i, j, F16_RM, rn);
-    switch (t->m - i) {
-    case 1: f16_block(t, i, j, 1, rn); break;
-    case 2: f16_block(t, i, j, 2, rn); break;
-    case 3: f16_block(t, i, j, 3, rn); break;
-    default: break;
-    }
-}
-
-static T5 void f16_run_avx512(const ah_gemm_tile *t) {
-    int64_t j = 0;
-    for (; j + F16_RN <= t->n; j += F16_RN)
-        f16_cols(t, j, F16_RN);
-    for (; j < t->n; j++)
-        f16_cols(t, j, 1);
-}
-
-/* ---- AVX-512 panel product (prefill): register tiles of P_RM rows x P_RN columns ---------------- */
-
 /* The sums of 16 accumulators by the fixed tree of ah_gemm.h (lanes i + i+8, then i + i+4, i + i+2,
  * 0 + 1, each add with the lower half first, as a5_reduce), computed for all 16 at once: lane j of
  * the result is the sum of v[j], bit for bit what a5_reduce(v[j]) gives. */
@@ -585,6 +403,211 @@ static inline __attribute__((always_inline)) T5 __m256 a5_reduce8(const __m512 *
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, s));
 }
+
+/* Several rows (batched decode), 32-element groups on AVX-512: register tiles of rm <= MR_RM rows
+ * x rn columns (rn = 4 for up to 4 rows, else 2: at most 16 accumulators), each running the whole
+ * K with the per-element sequence of q4m1_block / q8m1_block. Each 32-element block of the tile's
+ * columns is dequantized into registers once (the expensive part: widening or lookups, + offset,
+ * * scale), then every row loads its two halves of a once and does its two FMAs per column, so the
+ * dequantizing is shared by up to 8 rows; the 16 sums are reduced together (a5_reduce16). The
+ * columns' bytes come from L1 after the first row chunk, so the weights are read from memory once
+ * for all m rows. */
+#define MR_RM 8
+static inline __attribute__((always_inline)) T5 void mr_block(const ah_gemm_quant *q, int64_t i0, int64_t j0,
+                                                             int rm, int rn, int rnt, bool offs, bool int8) {
+    const __m512 tab0 = a5_i4tab();
+    const int64_t nblk = q->kp / 32, ldw = q->ldw, lds = q->lds, lda = q->lda;
+    const int8_t *w = q->w + j0 * ldw;
+    const float *sc = q->scales ? q->scales + j0 * lds : NULL, *of = offs ? q->offsets + j0 * lds : NULL;
+    const float *a = q->a + i0 * lda;
+    const char *pf = (const char *)w + AH_GEMM_PF_BYTES; /* see quant_block */
+    const int64_t pf_step = ldw * rn / nblk;
+    __m512 tot[16]; /* row r, column c at r * rnt + c; all zeroed, so all can be reduced */
+    for (int x = 0; x < 16; x++)
+        tot[x] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        if (pf_step <= 64)
+            __builtin_prefetch(pf + blk * pf_step);
+        else
+            for (int64_t off = 0; off < pf_step; off += 64)
+                __builtin_prefetch(pf + blk * pf_step + off);
+        __m512 lo[4], hi[4];
+        for (int c = 0; c < rn; c++) {
+            if (int8) {
+                lo[c] = a5_i8(w + c * ldw + blk * 32), hi[c] = a5_i8(w + c * ldw + blk * 32 + 16);
+                if (offs) {
+                    const __m512 o = _mm512_set1_ps(of[c * lds + blk]);
+                    lo[c] = _mm512_add_ps(lo[c], o);
+                    hi[c] = _mm512_add_ps(hi[c], o);
+                }
+                if (sc) {
+                    const __m512 s = _mm512_set1_ps(sc[c * lds + blk]);
+                    lo[c] = _mm512_mul_ps(lo[c], s);
+                    hi[c] = _mm512_mul_ps(hi[c], s);
+                }
+            } else {
+                __m512 tab = offs ? _mm512_add_ps(tab0, _mm512_set1_ps(of[c * lds + blk])) : tab0;
+                if (sc)
+                    tab = _mm512_mul_ps(tab, _mm512_set1_ps(sc[c * lds + blk]));
+                const __m512i nib =
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + c * ldw + blk * 16)));
+                lo[c] = _mm512_permutexvar_ps(nib, tab);
+                hi[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(nib, 4), tab);
+            }
+        }
+        for (int r = 0; r < rm; r++) {
+            __m512 alo = _mm512_loadu_ps(a + r * lda + blk * 32), ahi = _mm512_loadu_ps(a + r * lda + blk * 32 + 16);
+            if (rn > 1) /* keep the row in registers for its columns rather than loading it per FMA */
+                __asm__("" : "+v"(alo), "+v"(ahi));
+            for (int c = 0; c < rn; c++) {
+                tot[r * rnt + c] = _mm512_fmadd_ps(alo, lo[c], tot[r * rnt + c]);
+                tot[r * rnt + c] = _mm512_fmadd_ps(ahi, hi[c], tot[r * rnt + c]);
+            }
+        }
+    }
+    /* the sums by the fixed tree, 8 or 16 at once (a5_reduce8 / a5_reduce16: a5_reduce's bits) */
+    float sums[16];
+    if (rm * rnt <= 8)
+        _mm256_storeu_ps(sums, a5_reduce8(tot));
+    else
+        _mm512_storeu_ps(sums, a5_reduce16(tot));
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            q->c[(i0 + r) * q->ldc + j0 + c] = sums[r * rnt + c];
+}
+
+/* Columns [j, j + rn) of every row: row chunks of at most MR_RM rows, sizes as even as possible,
+ * each an mr_block with a constant row count, so the compiler unrolls the rows of each size. */
+#define MR_CASE(n)                                                                                    \
+    case n: mr_block(q, i0, j, n, rn, rnt, offs, int8); break
+static inline __attribute__((always_inline)) T5 void mr_cols(const ah_gemm_quant *q, int64_t j, int rn, int rnt,
+                                                            bool offs, bool int8) {
+    const int64_t nchunk = (q->m + MR_RM - 1) / MR_RM;
+    for (int64_t ch = 0, i0 = 0; ch < nchunk; ch++) {
+        int64_t i1 = q->m * (ch + 1) / nchunk;
+        if (rnt == 4) /* m <= 4 */
+            switch (i1 - i0) {
+                MR_CASE(1);
+                MR_CASE(2);
+                MR_CASE(3);
+            default: mr_block(q, i0, j, 4, rn, rnt, offs, int8); break;
+            }
+        else
+            switch (i1 - i0) { /* m > 4: chunks of 4 (m = 9) to 8 rows */
+                MR_CASE(4);
+                MR_CASE(5);
+                MR_CASE(6);
+                MR_CASE(7);
+            default: mr_block(q, i0, j, 8, rn, rnt, offs, int8); break;
+            }
+        i0 = i1;
+    }
+}
+#undef MR_CASE
+
+/* tile of rnt columns (4 for up to 4 rows, else 2), the remainder one column at a time */
+static inline __attribute__((always_inline)) T5 void mr_run(const ah_gemm_quant *q, int rnt, bool offs, bool int8) {
+    int64_t j = 0;
+    for (; j + rnt <= q->n; j += rnt)
+        mr_cols(q, j, rnt, rnt, offs, int8);
+    for (; j < q->n; j++)
+        mr_cols(q, j, 1, rnt, offs, int8);
+}
+
+static T5 void q8mr_run_avx512(const ah_gemm_quant *q) {
+    if (q->m <= 4)
+        q->offsets ? mr_run(q, 4, true, true) : mr_run(q, 4, false, true);
+    else
+        q->offsets ? mr_run(q, 2, true, true) : mr_run(q, 2, false, true);
+}
+
+static T5 void q4mr_run_avx512(const ah_gemm_quant *q) {
+    if (q->m <= 4)
+        q->offsets ? mr_run(q, 4, true, false) : mr_run(q, 4, false, false);
+    else
+        q->offsets ? mr_run(q, 2, true, false) : mr_run(q, 2, false, false);
+}
+
+/* F16 columns on AVX-512: register tiles as mr_block's (rm <= MR_RM rows x rn columns, rn = 4 for
+ * up to 4 rows, else 2), each column's 16 values widened once per step for all rows of the tile;
+ * the per-element sequence of tile_block (fma(a, b, tot) per 16-element step, then the fixed
+ * reduction, 8 or 16 sums at once). */
+static inline __attribute__((always_inline)) T5 void f16_block(const ah_gemm_tile *t, int64_t i0, int64_t j0,
+                                                              int rm, int rn, int rnt) {
+    __m512 tot[16]; /* row r, column c at r * rnt + c */
+    for (int x = 0; x < 16; x++)
+        tot[x] = _mm512_setzero_ps();
+    const float *a = t->a + i0 * t->lda;
+    const uint16_t *b = t->b16 + j0 * t->ldb;
+    /* the rn columns are one run when ldb == kp: fetch AH_GEMM_PF_BYTES ahead of it (hint) */
+    const char *pf = (const char *)b + AH_GEMM_PF_BYTES;
+    const int64_t pf_step = t->ldb * 2 * rn / (t->kp / 16);
+    for (int64_t k = 0; k < t->kp; k += 16) {
+        for (int64_t off = 0; off < pf_step; off += 64)
+            __builtin_prefetch(pf + (k / 16) * pf_step + off);
+        __m512 bv[4];
+        for (int c = 0; c < rn; c++)
+            bv[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(b + c * t->ldb + k)));
+        for (int r = 0; r < rm; r++) {
+            __m512 av = _mm512_loadu_ps(a + r * t->lda + k);
+            if (rn > 1) /* in a register for all its columns */
+                __asm__("" : "+v"(av));
+            for (int c = 0; c < rn; c++)
+                tot[r * rnt + c] = _mm512_fmadd_ps(av, bv[c], tot[r * rnt + c]);
+        }
+    }
+    float sums[16];
+    if (rm * rnt <= 8)
+        _mm256_storeu_ps(sums, a5_reduce8(tot));
+    else
+        _mm512_storeu_ps(sums, a5_reduce16(tot));
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++)
+            t->c[(i0 + r) * t->ldc + j0 + c] = sums[r * rnt + c];
+}
+
+#define F16_CASE(n)                                                                                   \
+    case n: f16_block(t, i0, j, n, rn, rnt); break
+static inline __attribute__((always_inline)) T5 void f16_cols(const ah_gemm_tile *t, int64_t j, int rn, int rnt) {
+    const int64_t nchunk = (t->m + MR_RM - 1) / MR_RM;
+    for (int64_t ch = 0, i0 = 0; ch < nchunk; ch++) {
+        int64_t i1 = t->m * (ch + 1) / nchunk;
+        if (rnt == 4) /* m <= 4 */
+            switch (i1 - i0) {
+                F16_CASE(1);
+                F16_CASE(2);
+                F16_CASE(3);
+            default: f16_block(t, i0, j, 4, rn, rnt); break;
+            }
+        else
+            switch (i1 - i0) { /* m > 4: chunks of 4 (m = 9) to 8 rows */
+                F16_CASE(4);
+                F16_CASE(5);
+                F16_CASE(6);
+                F16_CASE(7);
+            default: f16_block(t, i0, j, 8, rn, rnt); break;
+            }
+        i0 = i1;
+    }
+}
+#undef F16_CASE
+
+static inline __attribute__((always_inline)) T5 void f16_run(const ah_gemm_tile *t, int rnt) {
+    int64_t j = 0;
+    for (; j + rnt <= t->n; j += rnt)
+        f16_cols(t, j, rnt, rnt);
+    for (; j < t->n; j++)
+        f16_cols(t, j, 1, rnt);
+}
+
+static T5 void f16_run_avx512(const ah_gemm_tile *t) {
+    if (t->m <= 4)
+        f16_run(t, 4);
+    else
+        f16_run(t, 2);
+}
+
+/* ---- AVX-512 panel product (prefill): register tiles of P_RM rows x P_RN columns ---------------- */
 
 #define P_RM 4         /* rows of a register tile */
 #define P_RN 6         /* columns of a register tile */
