@@ -22,6 +22,7 @@
 
 #include "ah_convert.h"
 #include "ah_gemm.h"
+#include "ah_load.h"
 #include "ah_nd.h"
 
 #define GMM_MAX_GROUPS 1024  /* groupListOptional's first dimension (Doc(GroupedMatmulV4), groupType 0) */
@@ -59,27 +60,6 @@ static const char *tensor_base(const aclTensor *t) {
     return (const char *)t->data + t->offset * (int64_t)ah_dtype_size(t->dtype);
 }
 
-static inline float load_one(aclDataType dt, const char *base, int64_t i) {
-    switch (dt) {
-    case ACL_FLOAT16: return ah_f16_to_f32(((const uint16_t *)(const void *)base)[i]);
-    case ACL_BF16: return ah_bf16_to_f32(((const uint16_t *)(const void *)base)[i]);
-    default: return ((const float *)(const void *)base)[i];
-    }
-}
-
-/* n values of dt at base (element stride) -> F32. */
-static void load_f32(aclDataType dt, const char *base, int64_t stride, int64_t n, float *dst) {
-    if (stride == 1 && dt == ACL_FLOAT16)
-        ah_f16_to_f32_row((const uint16_t *)(const void *)base, dst, n);
-    else if (stride == 1 && dt == ACL_BF16)
-        ah_bf16_to_f32_row((const uint16_t *)(const void *)base, dst, n);
-    else if (stride == 1 && dt == ACL_FLOAT)
-        memcpy(dst, base, (size_t)n * sizeof(float));
-    else
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = load_one(dt, base, i * stride);
-}
-
 /* Columns per tile so that a tile of F32 columns stays around 192 KiB (as ops_matmul.c). */
 static int64_t tile_cols(int64_t kp) {
     int64_t nt = (int64_t)(49152 / kp) / 6 * 6;
@@ -96,7 +76,7 @@ static void gmm_pack_x(void *vctx, int64_t begin, int64_t end) {
     size_t es = ah_dtype_size(c->x->dtype);
     for (int64_t i = begin; i < end; i++) {
         float *dst = (float *)c->apack + i * c->kp;
-        load_f32(c->x->dtype, tensor_base(c->x) + i * c->x->strides[0] * (int64_t)es, c->x->strides[1], c->p->k, dst);
+        ah_load_f32(c->x->dtype, tensor_base(c->x) + i * c->x->strides[0] * (int64_t)es, c->x->strides[1], c->p->k, dst);
         memset(dst + c->p->k, 0, (size_t)(c->kp - c->p->k) * sizeof(float));
         if (c->p->int4)
             for (int64_t k0 = 0; k0 < c->kp; k0 += AH_GEMM_KALIGN) {
@@ -117,7 +97,7 @@ static void gather_params(const gmm_ctx *c, const aclTensor *t, int64_t e, int64
     int64_t sn = t->strides[t->ndim - 1], sg = t->ndim == 3 ? t->strides[1] : 0;
     size_t es = ah_dtype_size(t->dtype);
     for (int64_t g = 0; g < c->ngroups; g++) {
-        load_f32(t->dtype, base + (e * t->strides[0] + g * sg + j0 * sn) * (int64_t)es, sn, nn, row);
+        ah_load_f32(t->dtype, base + (e * t->strides[0] + g * sg + j0 * sn) * (int64_t)es, sn, nn, row);
         for (int64_t j = 0; j < nn; j++)
             dst[j * c->ngroups + g] = row[j];
     }
@@ -196,7 +176,7 @@ static void gmm_items(void *vctx, int64_t begin, int64_t end) {
             if (!in_place || !ah_gemm_run_f16(&t)) {
                 for (int64_t j = 0; j < nn; j++) {
                     float *col = ft + j * kp;
-                    load_f32(c->w->dtype, cols + j * ws2 * (int64_t)wes, ws1, p->k, col);
+                    ah_load_f32(c->w->dtype, cols + j * ws2 * (int64_t)wes, ws1, p->k, col);
                     memset(col + p->k, 0, (size_t)(kp - p->k) * sizeof(float));
                 }
                 t.b = ft, t.ldb = kp;
@@ -206,7 +186,7 @@ static void gmm_items(void *vctx, int64_t begin, int64_t end) {
         if (c->bias) {
             const char *bb = tensor_base(c->bias);
             for (int64_t j = 0; j < nn; j++) {
-                float bias = load_one(c->bias->dtype, bb, e * c->bias->strides[0] + (j0 + j) * c->bias->strides[1]);
+                float bias = ah_load_one(c->bias->dtype, bb, e * c->bias->strides[0] + (j0 + j) * c->bias->strides[1]);
                 for (int64_t i = 0; i < m; i++)
                     ct[i * nt + j] += bias;
             }

@@ -19,6 +19,7 @@
 
 #include "ah_convert.h"
 #include "ah_gemm.h"
+#include "ah_load.h"
 #include "ah_nd.h"
 
 
@@ -41,29 +42,6 @@
 #define FLOAT_DTYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-/* Element i of a strided run in dt, as F32. */
-static inline float load_one(aclDataType dt, const char *base, int64_t i) {
-    switch (dt) {
-    case ACL_FLOAT16: return ah_f16_to_f32(((const uint16_t *)(const void *)base)[i]);
-    case ACL_BF16: return ah_bf16_to_f32(((const uint16_t *)(const void *)base)[i]);
-    default: return ((const float *)(const void *)base)[i];
-    }
-}
-
-/* n values of dt at base (element stride) -> dst F32. */
-static void load_f32(aclDataType dt, const char *base, int64_t stride, int64_t n, float *dst) {
-    if (stride == 1 && dt == ACL_FLOAT16) {
-        ah_f16_to_f32_row((const uint16_t *)(const void *)base, dst, n);
-    } else if (stride == 1 && dt == ACL_BF16) {
-        ah_bf16_to_f32_row((const uint16_t *)(const void *)base, dst, n);
-    } else if (stride == 1 && dt == ACL_FLOAT) {
-        memcpy(dst, base, (size_t)n * sizeof(float));
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = load_one(dt, base, i * stride);
-    }
-}
 
 static inline void store_one(aclDataType dt, char *base, int64_t i, float v) {
     switch (dt) {
@@ -209,7 +187,7 @@ static void mm_pack_a(void *vctx, int64_t begin, int64_t end) {
         int64_t bi = r / g->m, i = r % g->m, oa, ob, oc;
         batch_offsets(g, bi, &oa, &ob, &oc);
         float *dst = (float *)c->apack + r * c->kp;
-        load_f32(c->a->dtype, tensor_base(c->a) + (oa + i * g->a_rs) * (int64_t)es, g->a_cs, g->k, dst);
+        ah_load_f32(c->a->dtype, tensor_base(c->a) + (oa + i * g->a_rs) * (int64_t)es, g->a_cs, g->k, dst);
         memset(dst + g->k, 0, (size_t)(c->kp - g->k) * sizeof(float));
         if (c->p->to_f16)
             round_f16(dst, g->k);
@@ -239,7 +217,7 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
         if (!direct || !ah_gemm_run_f16(&t)) {
             for (int64_t j = 0; j < nn; j++) {
                 float *col = bt + j * c->kp;
-                load_f32(c->b->dtype, bcols + j * g->b_cs * (int64_t)bes, g->b_rs, g->k, col);
+                ah_load_f32(c->b->dtype, bcols + j * g->b_cs * (int64_t)bes, g->b_rs, g->k, col);
                 memset(col + g->k, 0, (size_t)(c->kp - g->k) * sizeof(float));
                 if (c->p->to_f16)
                     round_f16(col, g->k);
@@ -453,7 +431,7 @@ static float wq_param_at(const wq_ctx *c, const aclTensor *t, int64_t g, int64_t
         idx = j * t->strides[t->ndim - 1];
     else
         idx = g * t->strides[0] + j * t->strides[1];
-    return load_one(t->dtype, base, idx);
+    return ah_load_one(t->dtype, base, idx);
 }
 
 /* Scales or offsets of columns [j0, j0 + nn) as F32 [nn][ngroups]. */
@@ -461,11 +439,11 @@ static void wq_gather_params(const wq_ctx *c, const aclTensor *t, int64_t j0, in
     if (c->p->mode == SCALE_GROUP) {
         size_t es = ah_dtype_size(t->dtype);
         if (t->strides[0] == 1 && t->strides[1] == c->ngroups) { /* columns back to back: one run */
-            load_f32(t->dtype, tensor_base(t) + j0 * c->ngroups * (int64_t)es, 1, nn * c->ngroups, dst);
+            ah_load_f32(t->dtype, tensor_base(t) + j0 * c->ngroups * (int64_t)es, 1, nn * c->ngroups, dst);
             return;
         }
         for (int64_t j = 0; j < nn; j++)
-            load_f32(t->dtype, tensor_base(t) + (j0 + j) * t->strides[1] * (int64_t)es, t->strides[0], c->ngroups,
+            ah_load_f32(t->dtype, tensor_base(t) + (j0 + j) * t->strides[1] * (int64_t)es, t->strides[0], c->ngroups,
                      dst + j * c->ngroups);
     } else {
         for (int64_t j = 0; j < nn; j++)
@@ -562,7 +540,7 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
         }
         if (c->bias)
             for (int64_t j = 0; j < nn; j++) {
-                float bias = load_one(c->bias->dtype, tensor_base(c->bias),
+                float bias = ah_load_one(c->bias->dtype, tensor_base(c->bias),
                                       (j0 + j) * c->bias->strides[c->bias->ndim - 1]);
                 for (int64_t i = 0; i < mm; i++)
                     ct[i * nt + j] += bias;
@@ -592,7 +570,7 @@ static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
         const char *base = tensor_base(c->x);
         int64_t rs = c->x->strides[0], cs = c->x->strides[1];
         size_t es = ah_dtype_size(c->x->dtype);
-        load_f32(c->x->dtype, base + i * rs * (int64_t)es, cs, p->k, dst);
+        ah_load_f32(c->x->dtype, base + i * rs * (int64_t)es, cs, p->k, dst);
         memset(dst + p->k, 0, (size_t)(c->kp - p->k) * sizeof(float));
         if (p->int4)
             ah_gemm_int4_order(dst, c->kp);
