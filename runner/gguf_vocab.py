@@ -17,7 +17,8 @@ import os
 import struct
 
 import numpy as np
-from gguf import GGUFValueType
+
+from .ggml_types import GGUFValueType
 
 __all__ = ["GGUFMetadataError", "decode_strings", "read_metadata"]
 

@@ -20,9 +20,9 @@ import struct
 from dataclasses import dataclass, field
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from . import arch as arch_registry
+from .ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 __all__ = ["SUPPORTED_ARCHS", "GGUFError", "HParams", "TensorInfo", "GGUFFile", "open_gguf",
            "KEPT_TYPES", "CONVERTIBLE_TYPES", "type_name", "layer_index", "POOLING_TYPES"]

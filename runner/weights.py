@@ -29,9 +29,9 @@ from collections import Counter
 from typing import Callable
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from . import backend
+from .ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 from .loader import KEPT_TYPES, GGUFError, GGUFFile, TensorInfo, type_name
 
 __all__ = ["WeightStore", "load_weights", "target_type", "parse_type", "CONVERT_TARGETS"]
