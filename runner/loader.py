@@ -20,9 +20,9 @@ import struct
 from dataclasses import dataclass, field
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from . import arch as arch_registry
+from .ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 __all__ = ["SUPPORTED_ARCHS", "GGUFError", "HParams", "TensorInfo", "GGUFFile", "open_gguf",
            "KEPT_TYPES", "CONVERTIBLE_TYPES", "type_name", "layer_index", "POOLING_TYPES"]
@@ -52,8 +52,10 @@ class GGUFError(ValueError):
 
 @dataclass(frozen=True)
 class SkippedArray:
-    """Metadata placeholder for a long string array (tokens, merges) that was not decoded."""
+    """Metadata placeholder for a long string array (tokens, merges) that was not decoded:
+    GGUFFile.strings(key) decodes it from the map (its first string's length is at `offset`)."""
     count: int
+    offset: int = -1
 
     def __len__(self):
         return self.count
@@ -163,12 +165,13 @@ class _Header:
             return arr.astype(bool) if etype == GGUFValueType.BOOL else arr
         if etype == GGUFValueType.STRING and n > _SMALL_ARRAY:
             from .backend import gguf_string_spans
+            start = self.off
             try:
                 self.off, _ = gguf_string_spans(self.mm, self.off, n, spans=False)
             except ValueError:
                 raise GGUFError(f"{self.path}: key {key!r} runs past the end of the file "
                                 "(truncated?)") from None
-            return SkippedArray(n)
+            return SkippedArray(n, start)
         return [self.value(etype, key) for _ in range(n)]
 
 
@@ -271,15 +274,29 @@ class GGUFFile:
             self._sha256 = h.hexdigest()
         return self._sha256
 
+    def strings(self, key: str) -> list:
+        """The metadata value of `key`, with a long string array the parse skipped
+        (SkippedArray: tokens, merges) decoded from the map in one pass
+        (gguf_vocab.decode_strings)."""
+        value = self.metadata[key]
+        if isinstance(value, SkippedArray):
+            from .gguf_vocab import decode_strings
+            value, _ = decode_strings(self._mmap, value.offset, value.count)
+        return value
+
     def release_pages(self, info: TensorInfo) -> None:
         """Drop this process's mapping of a tensor's pages (the file's cache keeps them; reading
         them again maps them again): once a tensor is on its device, its bytes in the map would
         otherwise count in the process's resident memory beside the device copy."""
+        self.release_range(info.offset, info.offset + info.nbytes)
+
+    def release_range(self, start: int, end: int) -> None:
+        """release_pages for the bytes [start, end) of the file (the pages they touch)."""
         if self._mmap is None or self._mmap.closed:
             return
         page = mmap.PAGESIZE
-        start = info.offset // page * page
-        end = min(self.file_size, -(-(info.offset + info.nbytes) // page) * page)
+        start = start // page * page
+        end = min(self.file_size, -(-end // page) * page)
         if end > start:
             try:
                 self._mmap.madvise(mmap.MADV_DONTNEED, start, end - start)

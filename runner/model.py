@@ -315,9 +315,10 @@ class Model:
                 buf.close()
 
     def _tokenizer_metadata(self) -> dict:
-        from .gguf_vocab import read_metadata
-        return read_metadata(self.gguf.path, lambda k: k.startswith("tokenizer.") or
-                             k == "general.name")
+        """The tokenizer.* keys and general.name, from the loader's parse of the header (its
+        skipped string arrays, the tokens and merges, decoded from the same map)."""
+        return {k: self.gguf.strings(k) for k in self.gguf.metadata
+                if k.startswith("tokenizer.") or k == "general.name"}
 
     # ---- text ------------------------------------------------------------------------------
     def tokenize(self, text: str, special: bool = True) -> list[int]:

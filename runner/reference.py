@@ -14,10 +14,10 @@ Two layers:
 import math
 
 import numpy as np
-from gguf import GGMLQuantizationType, quants
 
 from . import dtypes
 from .backend import ROPE_TYPE_NEOX, GluOp, Op, SortOrder, Tensor, TensorType, UnaryOp
+from .ggml_types import GGMLQuantizationType
 
 _QUANT_TYPES = {TensorType.Q4_0, TensorType.Q4_1, TensorType.Q5_0, TensorType.Q5_1,
                 TensorType.Q8_0, TensorType.Q2_K, TensorType.Q3_K, TensorType.Q4_K,
@@ -40,6 +40,7 @@ def decode(tensor_type: int, stored: np.ndarray) -> np.ndarray:
     integer types. Quantized rows are bytes along the last axis."""
     tensor_type = TensorType(tensor_type)
     if tensor_type in _QUANT_TYPES:
+        from gguf import quants     # here: the scheduler imports this module on every load
         return quants.dequantize(np.ascontiguousarray(stored, dtype=np.uint8),
                                  GGMLQuantizationType(int(tensor_type))).astype(np.float32)
     if tensor_type == TensorType.BF16:
@@ -55,6 +56,7 @@ def encode(tensor_type: int, values: np.ndarray) -> np.ndarray:
     tensor_type = TensorType(tensor_type)
     values = np.asarray(values)
     if tensor_type in _QUANT_TYPES:
+        from gguf import quants
         return quants.quantize(np.ascontiguousarray(values, dtype=np.float32),
                                GGMLQuantizationType(int(tensor_type)))
     if tensor_type == TensorType.BF16:

@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .arch import TPGraph, get as get_arch
+from .ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 from .loader import layer_index
 
 __all__ = ["TPError", "Layout", "plan_layout", "Shard", "TPRank"]

@@ -72,6 +72,12 @@ def test_q5_0_to_q8_0_is_exact(B):
     ref = quants.dequantize(raw, QT.Q5_0).reshape(-1)
     assert np.array_equal(quants.dequantize(q8, QT.Q8_0).reshape(-1), ref)
     assert np.array_equal(q8.reshape(-1, 34)[:, :2], raw.reshape(-1, 22)[:, :2])   # the scales
+    blocks = raw.reshape(-1, 22)      # the quants, byte for byte: q - 16 as int8
+    qh = blocks[:, 2:6].copy().view("<u4")[:, 0]
+    high = (qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1
+    qs = blocks[:, 6:]
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int16) + 16 * high.astype(np.int16)
+    assert np.array_equal(q8.reshape(-1, 34)[:, 2:].view(np.int8), (q - 16).astype(np.int8))
     requantized = quants.dequantize(quants.quantize(ref, QT.Q8_0), QT.Q8_0).reshape(-1)
     assert not np.array_equal(requantized, ref)
 

@@ -139,6 +139,26 @@ def test_truncated(loader, tmp_path):
     assert str(cut) in msg and ("truncated" in msg or "corrupt" in msg)
 
 
+@pytest.mark.parametrize("words", [
+    [b"a", b"", b"\xc4\xa0bc", "\u2581\u4e16\U0001f600".encode(), b"x" * 300, b""],   # one decode
+    [b"", b"ok", b"nul\x00inside", b"z"],                  # a NUL in a string
+    [b"\xe4\xb8", b"\x96", b"\xff", b"fine"],                # invalid alone, valid joined
+    [b"only"], [],
+])
+def test_string_array_bulk_decode(words):
+    """gguf_vocab.decode_strings (one strict decode of the joined array) gives what decoding each
+    string with surrogateescape gives, also when it has to fall back, and finds the end."""
+    import struct
+
+    from cann_llm.gguf_vocab import decode_strings
+    blob = b"pad" + b"".join(struct.pack("<Q", len(w)) + w for w in words) + b"tail"
+    strings, end = decode_strings(blob, 3, len(words))
+    assert strings == [w.decode("utf-8", "surrogateescape") for w in words]
+    assert end == len(blob) - 4
+    with pytest.raises(ValueError, match="runs past the end"):
+        decode_strings(blob[:end - 1], 3, len(words)) if words else decode_strings(blob, 3, 10**9)
+
+
 def test_string_array_scan_and_a_vocabulary_cut_short(loader, tmp_path):
     """The C scan of a GGUF string array finds each string and the end, and refuses an array
     that runs past the data; a file cut inside its (skipped) token list is named truncated."""

@@ -34,6 +34,32 @@ def test_all_c_types_have_gguf_sizes(clm):
         assert clm.type_traits(tensor_type) == expected, tensor_type.name
 
 
+def test_runtime_type_tables_match_gguf():
+    """cann_llm.ggml_types (what the loader uses, so a load need not import gguf) holds gguf's
+    value types, tensor types and block sizes, every one of them."""
+    from cann_llm import ggml_types
+    assert {t.name: int(t) for t in ggml_types.GGUFValueType} == \
+        {t.name: int(t) for t in gguf.GGUFValueType}
+    assert {t.name: int(t) for t in ggml_types.GGMLQuantizationType} == \
+        {t.name: int(t) for t in gguf.GGMLQuantizationType}
+    assert {int(k): v for k, v in ggml_types.GGML_QUANT_SIZES.items()} == \
+        {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()}
+
+
+def test_loading_a_model_does_not_import_gguf(default_model_path):
+    """The gguf package (PyYAML, the writer, the tensor maps: ~60 ms, ~6 MiB) stays out of a
+    process that loads a model and generates."""
+    import subprocess
+    import sys
+    code = ("import sys, cann_llm\n"
+            f"m = cann_llm.load({str(default_model_path)!r}, n_ctx=256, log=lambda s: None)\n"
+            "list(m.generate([1, 2], max_tokens=2, temperature=0.0))\n"
+            "print(sorted(k for k in sys.modules if k == 'gguf' or k.startswith('gguf.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_unknown_type_has_no_traits(clm):
     assert clm.type_traits(5) == (0, 0)   # 5 was Q4_2, removed from ggml
     assert clm.type_name(5) is None

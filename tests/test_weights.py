@@ -35,6 +35,29 @@ def test_default_model_round_trip(mods, device, default_model_path):
         assert ws.stats["bytes_read"] == sum(i.nbytes for i in g.tensors.values())
 
 
+def test_pages_released_chunk_by_chunk(mods, device, default_model_path):
+    """Each chunk's range of the map is released as soon as it is up (not the whole tensor at
+    its end: the 29 MiB embedding would be resident twice for a moment) and the ranges tile the
+    tensor in order."""
+    backend, loader, weights = mods
+    g = loader.open_gguf(default_model_path)
+    info = g.tensors["token_embd.weight"]
+    with backend.Context(max_tensors=2) as ctx:
+        t = ctx.new_tensor(info.type, info.ne, info.name)
+        buf = ctx.alloc_tensors(device.buffer_type)
+        ranges = []
+
+        def release(start, end):
+            ranges.append((start, end))
+            g.release_range(start, end)
+        weights._upload(t, info, 1 << 20, True, release)
+        assert len(ranges) > 20 and all(e - s <= 1 << 20 for s, e in ranges)
+        assert ranges[0][0] == info.offset and ranges[-1][1] == info.offset + info.nbytes
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert np.array_equal(t.read_bytes(), info.data)
+        buf.close()
+
+
 def test_layer_split(mods, device, tmp_path):
     """buffer_type_for picks the buffer type per tensor: one buffer per buffer type."""
     backend, loader, weights = mods

@@ -12,6 +12,10 @@
 
 #include "clm_impl.h"
 
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "convert.c moves Q5_0 quants as little-endian words"
+#endif
+
 #define QK 32
 #define QK_K 256
 #define CHUNK 4096   /* elements dequantized at a time on the generic path (multiple of QK_K) */
@@ -356,19 +360,30 @@ static void q4_k_to_q4_1(const uint8_t *b, uint8_t *o, int64_t n) {
     }
 }
 
+/* The low 8 bits of b spread over the 8 bytes of a word (byte k <- bit k): 0xff where the bit is
+ * set, 0 where it is clear. */
+static inline uint64_t bits_to_bytes(uint32_t b) {
+    uint64_t x = ((uint64_t)(b & 0xffu) * 0x0101010101010101ull) & 0x8040201008040201ull;
+    x = ((x + 0x7f7f7f7f7f7f7f7full) | x) & 0x8080808080808080ull;   /* each byte's flag in its top bit */
+    return (x >> 7) * 0xffull;
+}
+
 /* Q5_0 -> Q8_0 exactly: a Q5_0 value is (q - 16) * d with q - 16 in [-16, 15], so the Q8_0 block
  * with the same fp16 d and quants q - 16 holds the very same values (requantizing through F32
- * would round them to a new scale). */
+ * would round them to a new scale). Eight quants per 64-bit word: q - 16 as int8 is q's low
+ * nibble when its fifth bit (from qh) is set, else the nibble with 0xf0 over it. */
 static void q5_0_to_q8_0(const uint8_t *b, uint8_t *o, int64_t n) {
+    const uint64_t nib = 0x0f0f0f0f0f0f0f0full, top = 0xf0f0f0f0f0f0f0f0ull;
     for (int64_t i = 0; i < n / QK; i++, b += 22, o += 34) {
         uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
-        const uint8_t *qs = b + 6;
         o[0] = b[0], o[1] = b[1];
-        for (int j = 0; j < 16; j++) {
-            int x0 = (qs[j] & 0xf) | (int)(((qh >> j) << 4) & 0x10);
-            int x1 = (qs[j] >> 4) | (int)((qh >> (j + 12)) & 0x10);
-            o[2 + j] = (uint8_t)(int8_t)(x0 - 16);
-            o[18 + j] = (uint8_t)(int8_t)(x1 - 16);
+        for (int h = 0; h < 2; h++) {   /* quants 8h.. (low nibbles of qs) and 16 + 8h.. (high) */
+            uint64_t qs;
+            memcpy(&qs, b + 6 + 8 * h, 8);
+            uint64_t lo = (qs & nib) | (~bits_to_bytes(qh >> (8 * h)) & top);
+            uint64_t hi = ((qs >> 4) & nib) | (~bits_to_bytes(qh >> (16 + 8 * h)) & top);
+            memcpy(o + 2 + 8 * h, &lo, 8);
+            memcpy(o + 18 + 8 * h, &hi, 8);
         }
     }
 }
