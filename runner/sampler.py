@@ -31,6 +31,7 @@ linear passes (argpartition, comparisons), well under a millisecond for a 150k v
 from __future__ import annotations
 
 import math
+import os
 from typing import Sequence
 
 import numpy as np
@@ -95,11 +96,19 @@ class Sampler:
                                       count=len(self.logit_bias))
         self._bias_bans_only = bool(self._bias_vals.size) and bool(np.all(self._bias_vals == -np.inf))
         if seed is None or int(seed) < 0:      # llama.cpp: -1 means a random seed
-            seed = int(np.random.SeedSequence().entropy % (1 << 32))
+            seed = int.from_bytes(os.urandom(4), "little")
         self.seed = int(seed)
-        self._rng = np.random.default_rng(self.seed)
+        self._generator = None                 # made at the first random draw (rng)
         self.grammar = grammar
         self.matcher = grammar.matcher() if grammar is not None else None
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """The random stream of self.seed, made at the first draw: importing numpy.random costs
+        a greedy run's first token several milliseconds for nothing."""
+        if self._generator is None:
+            self._generator = np.random.default_rng(self.seed)
+        return self._generator
 
     @property
     def greedy(self) -> bool:
@@ -109,7 +118,7 @@ class Sampler:
         """Restart the random stream (with the same seed unless one is given)."""
         if seed is not None:
             self.seed = int(seed)
-        self._rng = np.random.default_rng(self.seed)
+        self._generator = None
         if self.grammar is not None:
             self.matcher = self.grammar.matcher()
 
