@@ -44,6 +44,15 @@ def kv_type(value, which: str = "type_k") -> int:
                      + (f" ({why})" if why else "") + f"; supported: {', '.join(KV_TYPES)}")
 
 
+def ids_out_of_range(ids: np.ndarray, end: int) -> bool:
+    """Whether an id of the (non-empty) integer array lies outside 0..end-1; a decode step's few
+    ids are compared in Python (two numpy reductions cost more than the list)."""
+    if ids.size <= 64:
+        values = ids.tolist()
+        return min(values) < 0 or max(values) >= end
+    return int(ids.min()) < 0 or int(ids.max()) >= end
+
+
 class ContextFullError(ValueError):
     """The prompt or the generation does not fit in the context (n_ctx cells)."""
 
@@ -118,8 +127,7 @@ class KVCache:
         """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""
         pos = np.asarray(pos, dtype=np.int64)
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        ids = seq_ids.tolist() if seq_ids.size <= 64 else seq_ids     # a decode step: no numpy calls
-        if len(ids) and (min(ids) < 0 or max(ids) >= MAX_SEQ):
+        if seq_ids.size and ids_out_of_range(seq_ids, MAX_SEQ):
             raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}")
         self.pos[cells] = pos
         self.seq[cells] = np.left_shift(np.uint64(1), seq_ids.astype(np.uint64))

@@ -22,7 +22,7 @@ import numpy as np
 from . import backend as be
 from . import profiler
 from .arch import build_graph, get as get_arch
-from .kv_cache import MAX_SEQ, ContextFullError, KVCache, kv_type
+from .kv_cache import MAX_SEQ, ContextFullError, KVCache, ids_out_of_range, kv_type
 from .loader import POOLING_TYPES, open_gguf
 from .sampler import SamplingParams
 from .text_stream import TextStream
@@ -367,8 +367,7 @@ class Model:
         width = self.hparams.n_embd if embeddings else self.hparams.n_vocab
         if n == 0:
             return np.zeros((0, width), dtype=np.float32)
-        ids = batch.tokens.tolist() if n <= 64 else batch.tokens   # a decode step: no numpy calls
-        if min(ids) < 0 or max(ids) >= self.hparams.n_vocab:
+        if ids_out_of_range(batch.tokens, self.hparams.n_vocab):
             raise ValueError(f"token ids must be in 0..{self.hparams.n_vocab - 1}")
         if n > self.n_cells - self.kv.n_used():
             raise ContextFullError(

@@ -199,6 +199,7 @@ class Plan:
         self.inputs = dict(inputs)           # name -> leaf Tensor (values given at run())
         self.outputs = dict(outputs)         # name -> Tensor to read after run()
         self.generation = sched.generation
+        self._reads = None                   # _output_reads()
         self.ctx = be.Context(max_tensors=4096)
         self.nodes = [n for n in graph.nodes]
         self.index = {n.address: i for i, n in enumerate(self.nodes)}
@@ -516,7 +517,7 @@ class Plan:
     def _output_reads(self) -> list:
         """(name, tensor, slot index or None, numpy shape, dtype) of every output, read once: a
         decode token reads them each time and every attribute read crosses cffi."""
-        reads = self.__dict__.get("_reads")
+        reads = self._reads
         if reads is None:
             reads = self._reads = [
                 (name, t, self.assign[self.index[t.address]] if t.address in self.index else None,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cann_llm.kv_cache import N_KV_PAD, ContextFullError, KVCache
+from cann_llm.kv_cache import N_KV_PAD, ContextFullError, KVCache, ids_out_of_range
 
 
 @pytest.fixture
@@ -103,3 +103,15 @@ def test_unsupported_cache_types(device, name, why):
     msg = str(err.value)
     assert msg.startswith(f"type_v={name!r}: KV cache type {name} is not supported")
     assert msg.endswith("supported: f16, f32") and (why is None or why in msg)
+
+
+@pytest.mark.parametrize("n", [1, 3, 64, 65, 512])
+def test_ids_out_of_range_finds_either_end_for_short_and_long_arrays(n):
+    """Short arrays (a decode step) are compared as a list, long ones with numpy: same answers."""
+    ids = np.arange(n, dtype=np.int32) % 10
+    assert not ids_out_of_range(ids, 10)
+    for pos in (0, n - 1):
+        for bad in (-1, 10):
+            wrong = ids.copy()
+            wrong[pos] = bad
+            assert ids_out_of_range(wrong, 10)
