@@ -13,24 +13,19 @@ import numpy as np
 import pytest
 
 from conftest import package_file, run_python
+from test_backend import _compute as compute_on_device
 
 rng = np.random.default_rng(2468)
 
 
-def _compute(clm, device, backend, build, inputs):
-    """build(ctx, tensors) -> result; inputs {name: (type, ne, array)}; returns result.get()."""
-    with clm.Context() as ctx:
-        t = {name: ctx.new_tensor(ttype, ne, name=name) for name, (ttype, ne, _) in inputs.items()}
+def _compute(device, backend, build, inputs):
+    """test_backend's _compute, failing when the device declines the result's op (a declined op
+    would not run the kernel under test)."""
+    def build_supported(ctx, t):
         out = build(ctx, t)
         assert device.supports_op(out), f"{out.op_desc} is declined"
-        graph = ctx.new_graph().build_forward(out)
-        with ctx.alloc_tensors(device.buffer_type):
-            for name, (_, _, array) in inputs.items():
-                if array is not None:
-                    t[name].set(array)
-            backend.graph_compute(graph)
-            backend.synchronize()
-            return out.get()
+        return out
+    return compute_on_device(device, backend, build_supported, inputs)
 
 
 def _edge_values(n_groups: int) -> np.ndarray:
@@ -62,7 +57,7 @@ def test_quantizing_copy_is_ggml_bit_for_bit(clm, device, backend, src, dst, ne)
     values = _edge_values(n // 32).reshape(ne[1], ne[0])
     if src == "F16":
         values = values.astype(np.float16)
-    got = _compute(clm, device, backend, lambda ctx, t: ctx.cpy(t["x"], t["q"]),
+    got = _compute(device, backend, lambda ctx, t: ctx.cpy(t["x"], t["q"]),
                    {"x": (T[src], ne, values), "q": (T[dst], ne, None)})
     want = gguf.quants.quantize(values.astype(np.float32), gguf.GGMLQuantizationType[dst])
     if dst == "Q4_0":
@@ -91,7 +86,7 @@ def test_get_rows_f16_result_with_repeated_ids(clm, device, backend):
     table = rng.standard_normal((10, 64)).astype(np.float32)
     stored = gguf.quants.quantize(table, gguf.GGMLQuantizationType.Q8_0)
     ids = np.array([[3, 3, 9, 0, 3, 9, 1]], dtype=np.int32)
-    got = _compute(clm, device, backend,
+    got = _compute(device, backend,
                    lambda ctx, t: ctx.new_op(clm.Op.GET_ROWS, T.F16, [64, 7, 1, 1], [t["a"], t["ids"]]),
                    {"a": (T.Q8_0, [64, 10], stored), "ids": (T.I32, [7], ids)})
     rows = gguf.quants.dequantize(stored, gguf.GGMLQuantizationType.Q8_0)

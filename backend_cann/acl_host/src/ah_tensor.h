@@ -83,6 +83,10 @@ aclnnStatus ah_check_scalar(const char *op, const char *name, const aclScalar *s
                             uint64_t dtype_mask);
 aclnnStatus ah_check_out_ptrs(const char *op, const uint64_t *workspaceSize,
                               aclOpExecutor *const *executor);
+/* The one tensor of a list that must hold exactly one (*out); otherwise the message names the
+ * list and says what acl_host does not implement (`unsupported`, e.g. "the tensorlist batch mode"). */
+aclnnStatus ah_check_single_tensor(const char *op, const char *name, const aclTensorList *list,
+                                   const char *unsupported, const aclTensor **out);
 /* NumPy broadcast of a and b into dims/ndim; on failure the message names both operands. */
 aclnnStatus ah_check_broadcast(const char *op, const char *name_a, const aclTensor *a,
                                const char *name_b, const aclTensor *b, int64_t *dims, int *ndim);

@@ -464,6 +464,19 @@ aclnnStatus ah_check_scalar(const char *op, const char *name, const aclScalar *s
     return ACLNN_SUCCESS;
 }
 
+aclnnStatus ah_check_single_tensor(const char *op, const char *name, const aclTensorList *list,
+                                   const char *unsupported, const aclTensor **out) {
+    if (!list)
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is NULL", op, name);
+    if (list->size != 1)
+        return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: %s holds %llu tensors; acl_host supports one (%s is not implemented)",
+                        op, name, (unsigned long long)list->size, unsupported);
+    if (!list->tensors[0])
+        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s[0] is NULL", op, name);
+    *out = list->tensors[0];
+    return ACLNN_SUCCESS;
+}
+
 aclnnStatus ah_check_out_ptrs(const char *op, const uint64_t *workspaceSize,
                               aclOpExecutor *const *executor) {
     if (!workspaceSize)

@@ -856,20 +856,6 @@ static aclnnStatus parse_layout(const char *s, fia_layout *out) {
                     "%s: inputLayout \"%.32s\" is not one of BSH, BSND, BNSD, BNSD_BSND", FIA, s);
 }
 
-/* The one tensor of a key / value list. */
-static aclnnStatus list_tensor(const char *name, const aclTensorList *list, const aclTensor **out) {
-    if (!list)
-        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is NULL", FIA, name);
-    if (list->size != 1)
-        return ah_error(ACLNN_ERR_PARAM_INVALID,
-                        "%s: %s holds %llu tensors; acl_host supports one (the tensorlist batch "
-                        "mode is not implemented)", FIA, name, (unsigned long long)list->size);
-    if (!list->tensors[0])
-        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s[0] is NULL", FIA, name);
-    *out = list->tensors[0];
-    return ACLNN_SUCCESS;
-}
-
 /* dtype, rank for the layout, contiguous head dim; fills (B, S, N, D). */
 static aclnnStatus check_qkv(const char *name, const aclTensor *t, fia_layout layout,
                              aclDataType dtype, int64_t n_head, int64_t *dims4, bool contiguous) {
@@ -1000,8 +986,8 @@ AH_API aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
     AH_TRY(parse_layout(inputLayout, &layout));
     fia_layout in_layout = layout == LAYOUT_BNSD_BSND ? LAYOUT_BNSD : layout;
     const aclTensor *k = NULL, *v = NULL;
-    AH_TRY(list_tensor("key", key, &k));
-    AH_TRY(list_tensor("value", value, &v));
+    AH_TRY(ah_check_single_tensor(FIA, "key", key, "the tensorlist batch mode", &k));
+    AH_TRY(ah_check_single_tensor(FIA, "value", value, "the tensorlist batch mode", &v));
     if (numHeads <= 0 || numHeads > FIA_MAX_HEADS)
         return ah_error(ACLNN_ERR_PARAM_INVALID, "%s: numHeads %lld is outside [1, %d]", FIA,
                         (long long)numHeads, FIA_MAX_HEADS);

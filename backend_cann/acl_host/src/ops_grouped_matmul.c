@@ -290,18 +290,9 @@ static aclError gmm_run(const aclOpExecutor *ex, void *workspace) {
 }
 
 /* ---- phase 1 --------------------------------------------------------------------------------------- */
-/* The one tensor of a list (this implementation's scenario is one tensor per list). */
+/* acl_host implements the single-tensor scenario: one tensor per list, groupType 0. */
 static aclnnStatus one_tensor(const char *op, const char *name, const aclTensorList *list, const aclTensor **out) {
-    if (!list)
-        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is NULL", op, name);
-    if (list->size != 1)
-        return ah_error(ACLNN_ERR_PARAM_INVALID,
-                        "%s: %s holds %llu tensors; acl_host implements the single-tensor scenario (one tensor "
-                        "per list, groupType 0)", op, name, (unsigned long long)list->size);
-    if (!list->tensors[0])
-        return ah_error(ACLNN_ERR_PARAM_NULLPTR, "%s: %s[0] is NULL", op, name);
-    *out = list->tensors[0];
-    return ACLNN_SUCCESS;
+    return ah_check_single_tensor(op, name, list, "more than one tensor per list (groupType 0 only)", out);
 }
 
 static bool is_transposed_last2(const aclTensor *t) {
