@@ -347,23 +347,65 @@ static void test_deferred(void)
     CHECK(aclrtFree(a) == ACL_SUCCESS);
 }
 
-/* The THPeligible flag of the mapping holding p (-1: not found), from /proc/self/smaps. */
-static int thp_eligible(const void *p)
+/* A field ("THPeligible", "Rss" in kB) of the mapping holding p (-1: not found), from
+ * /proc/self/smaps. */
+static long smaps_field(const void *p, const char *field)
 {
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f)
         return -1;
     char line[512];
-    int found = 0, eligible = -1;
+    size_t n = strlen(field);
+    int found = 0;
+    long value = -1;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
         if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
             found = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-        else if (found && sscanf(line, "THPeligible: %d", &eligible) == 1)
+        else if (found && strncmp(line, field, n) == 0 && line[n] == ':' &&
+                 sscanf(line + n + 1, "%ld", &value) == 1)
             break;
     }
     fclose(f);
-    return eligible;
+    return value;
+}
+
+static int thp_eligible(const void *p) { return (int)smaps_field(p, "THPeligible"); }
+
+/* Zeroing a large block hands its whole pages back (they read as zero, resident memory drops);
+ * the partial pages at both ends are written, and bytes outside the range keep their values. */
+static void test_memset_zero_discards(void)
+{
+    setenv("CANN_LLM_HOST_HUGEPAGES", "0", 1); /* whole 4 KiB pages, whatever THP does */
+    start("1", "1G", "0");
+    const size_t size = 8 * MiB, lo = 100, hi = size - 200;
+    aclrtStream s = NULL;
+    CHECK(aclrtCreateStream(&s) == ACL_SUCCESS);
+    for (int async = 0; async <= 1; async++) {
+        unsigned char *b = NULL;
+        CHECK(aclrtMalloc((void **)&b, size, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
+        if (!b)
+            break;
+        CHECK(aclrtMemset(b, size, 0x5A, size) == ACL_SUCCESS);
+        CHECK(smaps_field(b, "Rss") >= (long)(size / 1024) - 64);
+        if (async) {
+            CHECK(aclrtMemsetAsync(b + lo, size - lo, 0, hi - lo, s) == ACL_SUCCESS);
+            CHECK(aclrtSynchronizeStream(s) == ACL_SUCCESS);
+        } else {
+            CHECK(aclrtMemset(b + lo, size - lo, 0, hi - lo) == ACL_SUCCESS);
+        }
+        CHECK(smaps_field(b, "Rss") <= 64);
+        size_t wrong = 0;
+        for (size_t i = 0; i < size; i++)
+            wrong += b[i] != (i >= lo && i < hi ? 0 : 0x5A);
+        CHECK(wrong == 0);
+        CHECK(aclrtMemset(b, size, 0x33, 4096) == ACL_SUCCESS); /* the memory is usable again */
+        CHECK(b[0] == 0x33 && b[4095] == 0x33 && b[4096] == 0);
+        CHECK(aclrtFree(b) == ACL_SUCCESS);
+    }
+    CHECK(aclrtDestroyStream(s) == ACL_SUCCESS);
+    stop();
+    unsetenv("CANN_LLM_HOST_HUGEPAGES");
 }
 
 /* HUGE_FIRST asks for huge pages: a large block is advised for transparent huge pages, unless
@@ -418,5 +460,6 @@ int main(void)
     stop();
 
     test_huge_page_advice();
+    test_memset_zero_discards();
     return CT_RESULT();
 }

@@ -44,6 +44,10 @@ bool ah_mem_has_quarantine(void);
 uint64_t ah_mem_release_epoch(void);
 /* aclFinalize: unmaps every block. */
 void ah_mem_release_all(void);
+/* memset(p, value, count) for aclrtMemset(Async): zeroing whole pages of a large mmap'd block
+ * hands them back to the kernel instead (they read as zero and are committed again on first
+ * touch), so clearing a fresh KV cache neither writes nor faults in its memory. */
+void ah_mem_set(void *p, int value, size_t count);
 /* Device capacity accounting (aclrtMalloc, aclrtMallocPhysical). */
 aclError ah_mem_charge(const char *api, int device, size_t bytes);
 void ah_mem_credit(int device, size_t bytes);

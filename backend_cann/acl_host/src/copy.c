@@ -124,7 +124,7 @@ static aclError run_copy(void *arg)
     if (t->value < 0)
         memmove(t->dst, t->src, t->count);
     else
-        memset(t->dst, t->value, t->count);
+        ah_mem_set(t->dst, t->value, t->count);
     return ACL_SUCCESS;
 }
 
@@ -210,7 +210,7 @@ AH_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t
     if (rc == ACL_SUCCESS)
         rc = check_memset(api, devPtr, maxCount, count);
     if (rc == ACL_SUCCESS && count)
-        memset(devPtr, (unsigned char)value, count);
+        ah_mem_set(devPtr, (unsigned char)value, count);
     return rc;
 }
 

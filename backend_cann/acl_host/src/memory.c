@@ -8,7 +8,8 @@
  *
  * Fresh memory is not zeroed on CANN. Blocks up to AH_POISON_LIMIT are filled with 0xFF, a
  * NaN in F32/F16/BF16 and -1 as an integer, so reading memory nobody wrote shows up in
- * results; larger blocks come straight from mmap (committed lazily) and read as zero.
+ * results; larger blocks come straight from mmap (committed lazily) and read as zero. Zeroing
+ * most of a large block (ah_mem_set) hands its pages back to the kernel instead of writing them.
  *
  * Freeing a block while any stream still has queued or running work only marks it freed
  * (quarantine): the memory stays mapped, a queued task that touches it fails its run-time
@@ -163,6 +164,35 @@ static const char *kind_name(ah_mem_kind kind)
 static const char *block_name(const block *b)
 {
     return b->vmm_res ? "VMM mapping" : kind_name(b->kind);
+}
+
+/* Zeroing by discarding pages: MADV_DONTNEED on private anonymous memory makes the pages read
+ * as zero (the kernel maps its zero page, or a fresh zeroed page on the next write); the edges
+ * that are not whole pages are written. VMM mappings and aligned_alloc blocks are memset. */
+#define AH_DISCARD_MIN ((size_t)256 << 10)
+
+void ah_mem_set(void *p, int value, size_t count)
+{
+    uintptr_t a = (uintptr_t)p, e = a + count;
+    const uintptr_t page = 4096;
+    uintptr_t lo = AH_ALIGN_UP(a, page), hi = e / page * page;
+    bool discard = false;
+    if (value == 0 && count >= AH_DISCARD_MIN && hi > lo) {
+        pthread_rwlock_rdlock(&g_mem_lock);
+        long i = find_block(a, NULL);
+        if (i >= 0) {
+            const block *b = &g_blocks[i];
+            discard = b->mapped && !b->vmm_res && !b->freed && e <= b->base + b->span &&
+                      madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0;
+        }
+        pthread_rwlock_unlock(&g_mem_lock);
+    }
+    if (!discard) {
+        memset(p, value, count);
+        return;
+    }
+    memset(p, 0, lo - a);
+    memset((void *)hi, 0, e - hi);
 }
 
 /* ---- recently freed blocks ------------------------------------------------------------------ */
