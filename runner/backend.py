@@ -155,6 +155,29 @@ def find_nonfinite(src_type: int, src, n_elements: int | None = None) -> int:
     return int(first[0])
 
 
+def kv_mask(cell_pos: np.ndarray, cell_seq: np.ndarray, n_kv: int, token_pos: np.ndarray,
+            token_seq: np.ndarray, n_swa: int = 0) -> np.ndarray:
+    """The F16 attention mask [n_tokens, n_kv] of a micro-batch over the first n_kv cells
+    (clm_kv_mask): cell_pos int64 (-1: empty) and cell_seq uint64 bit sets of the cache, the
+    tokens' int64 positions and sequence ids (0..63)."""
+    n_tokens = len(token_pos)
+    out = np.empty((n_tokens, n_kv), dtype=np.float16)
+    check(lib.clm_kv_mask(ffi.from_buffer("int64_t[]", cell_pos), ffi.from_buffer("uint64_t[]", cell_seq),
+                          n_kv, ffi.from_buffer("int64_t[]", token_pos),
+                          ffi.from_buffer("int64_t[]", token_seq), n_tokens, n_swa,
+                          ffi.from_buffer("uint16_t[]", out)), "clm_kv_mask")
+    return out
+
+
+def kv_cells_used(cell_pos: np.ndarray) -> tuple[int, int, int]:
+    """(cells holding a position, index of the last such cell, index of the first empty cell),
+    -1 for an index there is none of, for int64 cell_pos (-1: empty)."""
+    out = ffi.new("int64_t[3]")
+    check(lib.clm_kv_cells_used(ffi.from_buffer("int64_t[]", cell_pos), len(cell_pos), out, out + 1,
+                                out + 2), "clm_kv_cells_used")
+    return out[0], out[1], out[2]
+
+
 def quantize_f32(dst_type: int, values) -> np.ndarray:
     """float32 values -> ggml bytes of dst_type (F32/F16/BF16/Q8_0/Q4_0/Q4_1), ggml's rounding."""
     values = np.ascontiguousarray(values, dtype=np.float32)

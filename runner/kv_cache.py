@@ -98,12 +98,11 @@ class KVCache:
 
     # ---- cells ---------------------------------------------------------------------------------
     def n_used(self) -> int:
-        return int(np.count_nonzero(self.pos >= 0))
+        return be.kv_cells_used(self.pos)[0]
 
     def n_kv(self, extra_cells: np.ndarray | None = None) -> int:
         """Cells the attention looks at: past the last used cell, rounded up to N_KV_PAD."""
-        used = np.flatnonzero(self.pos >= 0)
-        last = int(used[-1]) if used.size else -1
+        last = be.kv_cells_used(self.pos)[1]
         if extra_cells is not None and len(extra_cells):
             last = max(last, int(np.max(extra_cells)))
         n = max((last + 1 + N_KV_PAD - 1) // N_KV_PAD * N_KV_PAD, N_KV_PAD)
@@ -111,10 +110,9 @@ class KVCache:
 
     def find_slots(self, n_tokens: int) -> np.ndarray:
         """The first n_tokens empty cells (int64), or ContextFullError."""
-        if n_tokens == 1:                  # a decode step: argmax stops at the first empty cell
-            empty = self.pos < 0
-            first = int(np.argmax(empty))
-            if empty[first]:
+        if n_tokens == 1:                  # a decode step
+            first = be.kv_cells_used(self.pos)[2]
+            if first >= 0:
                 return np.array([first], dtype=np.int64)
         free = np.flatnonzero(self.pos < 0)
         if free.size < n_tokens:
@@ -125,6 +123,14 @@ class KVCache:
 
     def commit(self, cells: np.ndarray, pos, seq_ids) -> None:
         """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""
+        if len(cells) == 1:                # a decode step's one cell, with Python ints
+            seq_id = int(seq_ids[0])
+            if not 0 <= seq_id < MAX_SEQ:
+                raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}")
+            cell = int(cells[0])
+            self.pos[cell] = int(pos[0])
+            self.seq[cell] = 1 << seq_id
+            return
         pos = np.asarray(pos, dtype=np.int64)
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if seq_ids.size and ids_out_of_range(seq_ids, MAX_SEQ):
@@ -142,16 +148,8 @@ class KVCache:
         cell j (same sequence, cell position <= the token's), -inf elsewhere (other sequences,
         future positions, empty cells). n_swa > 0: the sliding window of local attention layers
         also hides cells n_swa or more positions behind the token (llama.cpp's standard SWA)."""
-        pos = np.asarray(pos, dtype=np.int64)
-        bits = np.left_shift(np.uint64(1), np.asarray(seq_ids, dtype=np.uint64))
-        cell_pos, cell_seq = self.pos[:n_kv], self.seq[:n_kv]
-        visible = ((cell_seq[None, :] & bits[:, None]) != 0) & (cell_pos[None, :] >= 0) \
-            & (cell_pos[None, :] <= pos[:, None])
-        if n_swa > 0:
-            visible &= pos[:, None] - cell_pos[None, :] < n_swa
-        out = np.full(visible.shape, -np.inf, dtype=np.float16)
-        out[visible] = 0
-        return out
+        return be.kv_mask(self.pos[:n_kv], self.seq[:n_kv], n_kv, np.asarray(pos, dtype=np.int64),
+                          np.asarray(seq_ids, dtype=np.int64), n_swa)
 
     # ---- sequence operations (llama_memory_seq_*) ------------------------------------------------
     def clear(self) -> None:

@@ -145,15 +145,15 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
                  type_v=type_v, n_cells=n_cells)
 
 
+_F32 = int(be.TensorType.F32)
+
+
 def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits") -> None:
     """NonFiniteLogitsError naming the first row (position, sequence) with a NaN or inf."""
-    # NaN propagates through max and min, +inf shows in the max, -inf in the min: two
-    # vectorised passes (a float32 sum's pairwise pass costs twice as much; a product with zeros
-    # is faster but goes through BLAS, whose threads would compete with the device's pool)
-    if np.isfinite(logits.max(axis=1)).all() and np.isfinite(logits.min(axis=1)).all():
+    first = be.find_nonfinite(_F32, logits, logits.size)     # one pass in C, no temporaries
+    if first < 0:
         return
-    bad = np.flatnonzero(~np.isfinite(logits).all(axis=1))
-    row = int(bad[0])
+    row = first // logits.shape[1]
     n_bad = int((~np.isfinite(logits[row])).sum())
     raise NonFiniteLogitsError(
         f"the {what} at position {int(pos[row])} (sequence {int(seq_ids[row])}) hold {n_bad} "

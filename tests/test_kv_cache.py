@@ -115,3 +115,43 @@ def test_ids_out_of_range_finds_either_end_for_short_and_long_arrays(n):
             wrong = ids.copy()
             wrong[pos] = bad
             assert ids_out_of_range(wrong, 10)
+
+
+def _numpy_mask(cell_pos, cell_seq, token_pos, token_seq, n_swa):
+    """The mask's definition, written out with numpy broadcasting."""
+    bits = np.left_shift(np.uint64(1), np.asarray(token_seq, dtype=np.uint64))
+    tp = np.asarray(token_pos, dtype=np.int64)[:, None]
+    visible = ((cell_seq[None, :] & bits[:, None]) != 0) & (cell_pos[None, :] >= 0) \
+        & (cell_pos[None, :] <= tp)
+    if n_swa > 0:
+        visible &= tp - cell_pos[None, :] < n_swa
+    return np.where(visible, np.float16(0), np.float16(-np.inf))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mask_and_counts_match_their_definition_on_random_cells(kv, seed):
+    """The C mask and cell counts against the numpy formula: cells shared by several sequences,
+    empty cells between used ones, a window or none, one token or a prompt's worth."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    used = rng.random(n) < 0.7
+    kv.pos[:n] = np.where(used, rng.integers(0, 200, n), -1)
+    kv.seq[:n] = np.where(used, rng.integers(1, 16, n), 0).astype(np.uint64)
+    n_used, last = int(used.sum()), int(np.flatnonzero(used)[-1])
+    assert kv.n_used() == n_used
+    assert kv.n_kv() == min(-(-(last + 1) // N_KV_PAD) * N_KV_PAD, kv.n_ctx)
+    n_kv = kv.n_kv()
+    for n_tokens in (1, 37):
+        tp, ts = rng.integers(0, 220, n_tokens), rng.integers(0, 4, n_tokens)
+        for n_swa in (0, 5):
+            got = kv.mask(n_kv, tp, ts, n_swa=n_swa)
+            want = _numpy_mask(kv.pos[:n_kv], kv.seq[:n_kv], tp, ts, n_swa)
+            assert got.dtype == np.float16 and got.shape == (n_tokens, n_kv)
+            assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_mask_rejects_a_sequence_id_past_63(kv):
+    from cann_llm.backend import CannError
+    kv.commit(kv.find_slots(1), [0], [0])
+    with pytest.raises(CannError, match="sequence id 64"):
+        kv.mask(kv.n_kv(), [0], [64])

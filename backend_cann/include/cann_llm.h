@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 4
+#define CLM_ABI_VERSION 5
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -192,6 +192,17 @@ clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int
  * index for F32/F16/BF16, the block index of the first block whose scale / min / sum is NaN or
  * inf for the quantized types, or -1 when every value is finite. */
 clm_status clm_find_nonfinite(int32_t type, const void *data, int64_t n_elements, int64_t *first_bad);
+/* The runner's KV cells (src/core/kv_cells.c). clm_kv_mask: the F16 attention mask [n_tokens][n_kv]
+ * of a micro-batch, 0 where token t may see cell j (the cell holds a position <= the token's, of a
+ * sequence set containing token_seq[t], and, with n_swa > 0, fewer than n_swa positions behind
+ * it), -inf elsewhere; cell_pos -1 marks an empty cell, cell_seq holds bit s for sequence s, and
+ * token_seq ids must be in 0..63. clm_kv_cells_used: how many cells hold a position, the index of
+ * the last one and that of the first empty cell (-1 when there is none). */
+clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv,
+                       const int64_t *token_pos, const int64_t *token_seq, int64_t n_tokens,
+                       int64_t n_swa, uint16_t *out);
+clm_status clm_kv_cells_used(const int64_t *cell_pos, int64_t n_cells, int64_t *n_used, int64_t *last_used,
+                             int64_t *first_free);
 
 /* ---- contexts and tensors (metadata only; data is placed by clm_tensor_alloc) ------------- */
 clm_status clm_context_new(size_t max_tensors, clm_context **out);
