@@ -284,7 +284,9 @@ static void comm_abort(ah_comm *c, const char *msg)
 {
     uint32_t expect = 0;
     if (atomic_compare_exchange_strong(&c->seg->aborted, &expect, ABORT_WRITING)) {
-        snprintf(c->seg->abort_msg, sizeof c->seg->abort_msg, "%s", msg);
+        size_t n = strnlen(msg, sizeof c->seg->abort_msg - 1); /* truncated to the slot */
+        memcpy(c->seg->abort_msg, msg, n);
+        c->seg->abort_msg[n] = '\0';
         atomic_store(&c->seg->aborted, c->rank + 1);
     }
     seg_wake(c->seg);
