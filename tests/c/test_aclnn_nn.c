@@ -408,10 +408,11 @@ static void test_silu_swiglu(void) {
 }
 
 /* ---- GeluV2 (tanh and erf forms) and Tanh ------------------------------------------------------- */
-typedef enum { K_GELU_TANH, K_GELU_ERF, K_TANH } act_k;
+typedef enum { K_GELU_TANH, K_GELU_ERF, K_TANH, K_SILU } act_k;
 
 static double ref_act(act_k k, double x) {
     if (k == K_TANH) return tanh(x);
+    if (k == K_SILU) return isinf(x) ? (x > 0 ? x : 0.0) : x / (1.0 + exp(-x));
     if (isinf(x)) return x > 0 ? x : 0.0;
     if (k == K_GELU_ERF) return 0.5 * x * erfc(-x / sqrt(2.0));
     double u = sqrt(2.0 / M_PI) * x * (1.0 + 0.044715 * x * x);
@@ -428,6 +429,8 @@ static void run_act(act_k k, const void *x, void *y, int64_t n, aclDataType dt, 
     aclOpExecutor *ex;
     if (k == K_TANH)
         launch(aclnnTanhGetWorkspaceSize(tx, ty, &ws, &ex), aclnnTanh, &ws, &ex);
+    else if (k == K_SILU)
+        launch(aclnnSiluGetWorkspaceSize(tx, ty, &ws, &ex), aclnnSilu, &ws, &ex);
     else
         launch(aclnnGeluV2GetWorkspaceSize(tx, k == K_GELU_TANH ? 1 : 0, ty, &ws, &ex), aclnnGeluV2, &ws, &ex);
     to_host(y, py, (size_t)n * out_sz);
@@ -436,13 +439,18 @@ static void run_act(act_k k, const void *x, void *y, int64_t n, aclDataType dt, 
 }
 
 /* A digest of the three ops over 3 x N values (several thread-pool tasks). */
+/* The bits of every activation over random values and the IEEE cases (the vector lanes and the
+ * one-at-a-time tail both see some), for comparing thread counts and instruction sets. */
 static uint64_t act_digest(void) {
-    int64_t n = 3 * N;
+    int64_t n = 3 * N + 13;
     float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
     uint32_t s = 11;
     for (int64_t i = 0; i < n; i++) x[i] = frand(&s) * 12.0f;
+    const float special[10] = {-INFINITY, -1e30f, -90.0f, -0.0f, 0.0f, 1e-30f, 90.0f, 1e30f, INFINITY, NAN};
+    memcpy(x + 5, special, sizeof special);        /* in the vector part */
+    memcpy(x + n - 10, special, sizeof special);   /* in the tail */
     uint64_t h = 1469598103934665603ull;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         run_act((act_k)k, x, y, n, ACL_FLOAT, ACL_FLOAT);
         for (int64_t i = 0; i < n; i++) {
             uint32_t b;
@@ -802,10 +810,11 @@ int main(int argc, char **argv) {
     uint64_t a1, a2, a3, h1 = batch_row0(1, r, s), t1 = child_digest(argv[0], 1, isa, &a1);
     uint64_t t2 = child_digest(argv[0], 2, isa, &a2);
     CHECK(t1 != 0 && t1 == h1 && t2 == h1);
-    /* GeluV2 / Tanh / AddRmsNorm: the same bits for any thread count, and on the scalar path;
+    /* Silu / GeluV2 / Tanh / AddRmsNorm: the same bits for any thread count and ISA path;
      * RmsNorm and Softmax (exp in 16 / 8 lanes or one at a time) on the scalar and AVX2 paths */
     uint64_t a4, t3 = child_digest(argv[0], 2, "scalar", &a3), t4 = child_digest(argv[0], 2, "avx2", &a4);
     CHECK(a1 != 0 && a1 == (act_digest() ^ reduce_digest() ^ add_rms_digest()) && a2 == a1 && a3 == a1);
+    CHECK(a4 == a1); /* the AVX2 activations too */
     CHECK(t3 == h1 && t4 == h1);
     free(r), free(s);
     aclrtDestroyStream(stream);

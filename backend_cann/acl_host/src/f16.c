@@ -21,7 +21,8 @@ ah_isa_level ah_isa(void) {
     level = AH_ISA_SCALAR;
 #ifdef AH_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    /* the AVX2 kernels use FMA too (every AVX2 CPU of note has it; one without runs scalar code) */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
         level = AH_ISA_AVX2;
     if (level == AH_ISA_AVX2 && __builtin_cpu_supports("avx512f"))
         level = AH_ISA_AVX512;
