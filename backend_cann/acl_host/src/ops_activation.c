@@ -126,199 +126,98 @@ static inline float act_gelu_erf(float x) {
 typedef enum act_kind { ACT_SILU, ACT_GELU_TANH, ACT_GELU_ERF, ACT_TANH } act_kind;
 
 #ifdef ACT_X86
-__attribute__((target("avx512f"))) static inline __m512 silu16(__m512 x) {
-    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f),
-                                          ah_exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
-}
-
-__attribute__((target("avx512f"))) static inline __m512 abs16(__m512 x) {
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
-}
-
-__attribute__((target("avx512f"))) static inline __m512 tanh16(__m512 x) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    __m512 a = abs16(x), z = _mm512_mul_ps(a, a);
-    __m512 p = _mm512_set1_ps(tanh_poly[0]);
-    for (int i = 1; i < 5; i++)
-        p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(tanh_poly[i]));
-    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(a, z), p, a);
-    __m512 e = ah_exp16(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_min_ps(a, _mm512_set1_ps(TANH_BIG))));
-    __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
-    __mmask16 is_small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(TANH_SMALL), _CMP_LT_OQ);
-    __m512 r = _mm512_mask_mov_ps(big, is_small, small);
-    r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r),
-                                            _mm512_and_si512(_mm512_castps_si512(x),
-                                                             _mm512_set1_epi32((int)0x80000000u))));
-    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
-}
-
-/* 2u of 8 lanes in double, as F32 hi and lo */
-__attribute__((target("avx512f"))) static inline void gelu_arg8(__m256 x, __m256 *hi, __m256 *lo) {
-    __m512d xd = _mm512_cvtps_pd(x);
-    __m512d m = _mm512_mul_pd(xd, _mm512_fmadd_pd(_mm512_mul_pd(xd, xd), _mm512_set1_pd(GELU_C3),
-                                                  _mm512_set1_pd(GELU_C1)));
-    m = _mm512_min_pd(_mm512_max_pd(m, _mm512_set1_pd(-GELU_ARG_MAX)), _mm512_set1_pd(GELU_ARG_MAX));
-    *hi = _mm512_cvtpd_ps(m);
-    *lo = _mm512_cvtpd_ps(_mm512_sub_pd(m, _mm512_cvtps_pd(*hi)));
-}
-
-__attribute__((target("avx512f"))) static inline __m512 join8(__m256 a, __m256 b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1));
-}
-
-__attribute__((target("avx512f"))) static inline __m512 gelu_tanh16(__m512 x) {
-    __m256 hi0, lo0, hi1, lo1;
-    gelu_arg8(_mm512_castps512_ps256(x), &hi0, &lo0);
-    gelu_arg8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)), &hi1, &lo1);
-    __m512 hi = join8(hi0, hi1), lo = join8(lo0, lo1), one = _mm512_set1_ps(1.0f);
-    __m512 e = _mm512_mul_ps(ah_exp16(_mm512_sub_ps(_mm512_setzero_ps(), hi)), _mm512_sub_ps(one, lo));
-    __m512 y = _mm512_div_ps(x, _mm512_add_ps(one, e));
-    __mmask16 neg_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-    return _mm512_mask_mov_ps(y, neg_inf, _mm512_setzero_ps());
-}
-
-__attribute__((target("avx512f"))) static inline __m512 gelu_erf16(__m512 x) {
-    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-GELU_ERF_CLAMP)), _mm512_set1_ps(GELU_ERF_CLAMP));
-    __m512 ax = abs16(xc), a = _mm512_mul_ps(ax, _mm512_set1_ps(SQRT1_2));
-    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    /* a < ERF_SMALL */
-    __m512 z = _mm512_mul_ps(a, a), p = _mm512_set1_ps(erf_poly[0]);
-    for (int i = 1; i < 5; i++)
-        p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(erf_poly[i]));
-    __m512 h = _mm512_mul_ps(half, _mm512_mul_ps(a, p));
-    __m512 phi_small = _mm512_mask_mov_ps(_mm512_add_ps(half, h), neg, _mm512_sub_ps(half, h));
-    /* a >= ERF_SMALL */
-    __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(a, half, one)), q = _mm512_set1_ps(erfc_poly[0]);
-    for (int i = 1; i < 11; i++)
-        q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(erfc_poly[i]));
-    __m512 hi = _mm512_mul_ps(ax, ax), lo = _mm512_fmsub_ps(ax, ax, hi);
-    __m512 ec = _mm512_mul_ps(_mm512_mul_ps(ah_exp16(_mm512_mul_ps(_mm512_set1_ps(-0.5f), hi)),
-                                            _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), lo, one)),
-                              q);
-    __m512 hb = _mm512_mul_ps(half, ec);
-    __m512 phi_big = _mm512_mask_mov_ps(_mm512_sub_ps(one, hb), neg, hb);
-    __mmask16 is_small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(ERF_SMALL), _CMP_LT_OQ);
-    __m512 y = _mm512_mul_ps(x, _mm512_mask_mov_ps(phi_big, is_small, phi_small));
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
-}
-
-/* a[i] = act(a[i]) (* b[i]) for i < m: 16 lanes, the tail one element at a time */
+/* a[i] = act(a[i]) (* b[i]) for i < m: W lanes at a time, the tail one element at a time */
 #define ACT_LOOP(vec, one)                                                                      \
     do {                                                                                        \
-        for (; i + 16 <= m; i += 16) {                                                          \
-            __m512 y = vec(_mm512_loadu_ps(a + i));                                             \
+        for (; i + W <= m; i += W) {                                                            \
+            VT y = vec(VLOAD(a + i));                                                           \
             if (b)                                                                              \
-                y = _mm512_mul_ps(y, _mm512_loadu_ps(b + i));                                   \
-            _mm512_storeu_ps(a + i, y);                                                         \
+                y = VMUL(y, VLOAD(b + i));                                                      \
+            VSTORE(a + i, y);                                                                   \
         }                                                                                       \
         for (; i < m; i++)                                                                      \
             a[i] = b ? one(a[i]) * b[i] : one(a[i]);                                            \
     } while (0)
 
-__attribute__((target("avx512f"))) static void act_block_avx512(act_kind kind, float *a, const float *b,
-                                                                int64_t m) {
-    int64_t i = 0;
-    switch (kind) {
-    case ACT_SILU: ACT_LOOP(silu16, silu); break;
-    case ACT_GELU_TANH: ACT_LOOP(gelu_tanh16, act_gelu_tanh); break;
-    case ACT_GELU_ERF: ACT_LOOP(gelu_erf16, act_gelu_erf); break;
-    case ACT_TANH: ACT_LOOP(tanh16, act_tanh); break;
-    }
-}
+/* AVX-512: 16 lanes, masks */
+#define SFX _avx512
+#define TGT __attribute__((target("avx512f")))
+#define W 16
+#define VT __m512
+#define VM __mmask16
+#define VLOAD _mm512_loadu_ps
+#define VSTORE _mm512_storeu_ps
+#define VSET1 _mm512_set1_ps
+#define VZERO _mm512_setzero_ps
+#define VADD _mm512_add_ps
+#define VSUB _mm512_sub_ps
+#define VMUL _mm512_mul_ps
+#define VDIV _mm512_div_ps
+#define VMIN _mm512_min_ps
+#define VMAX _mm512_max_ps
+#define VFMA _mm512_fmadd_ps
+#define VFMS _mm512_fmsub_ps
+#define VEXP ah_exp16
+#define VCMP(a, b, pred) _mm512_cmp_ps_mask((a), (b), (pred))
+#define VSEL(m, yes, no) _mm512_mask_mov_ps((no), (m), (yes))
+#define VABS(x) _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)))
+#define VSIGN(x) _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)))
+#define VOR(a, b) _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+/* 2u in double for the 16 lanes, as F32 hi and lo, 8 lanes at a time */
+#define HT __m256
+#define HTD __m512d
+#define HLO(x) _mm512_castps512_ps256(x)
+#define HHI(x) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))
+#define HJOIN(lo, hi) _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1))
+#define DWIDE _mm512_cvtps_pd
+#define DNARROW _mm512_cvtpd_ps
+#define DSET1 _mm512_set1_pd
+#define DMUL _mm512_mul_pd
+#define DSUB _mm512_sub_pd
+#define DFMA _mm512_fmadd_pd
+#define DMIN _mm512_min_pd
+#define DMAX _mm512_max_pd
+#include "act_kernel.inc"
 
-/* The same functions in 8 lanes (AVX2 + FMA), operation for operation: masks become blends. */
-#define T2 __attribute__((target("avx2,fma")))
-
-T2 static inline __m256 silu8(__m256 x) {
-    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), ah_exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-}
-
-T2 static inline __m256 abs8(__m256 x) {
-    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
-}
-
-T2 static inline __m256 tanh8(__m256 x) {
-    const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 a = abs8(x), z = _mm256_mul_ps(a, a);
-    __m256 p = _mm256_set1_ps(tanh_poly[0]);
-    for (int i = 1; i < 5; i++)
-        p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(tanh_poly[i]));
-    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(a, z), p, a);
-    __m256 e = ah_exp8(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_min_ps(a, _mm256_set1_ps(TANH_BIG))));
-    __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
-    __m256 r = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(TANH_SMALL), _CMP_LT_OQ));
-    r = _mm256_or_ps(r, _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))));
-    return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
-/* 2u of 4 lanes in double, as F32 hi and lo (gelu_arg8's steps) */
-T2 static inline void gelu_arg4(__m128 x, __m128 *hi, __m128 *lo) {
-    __m256d xd = _mm256_cvtps_pd(x);
-    __m256d m = _mm256_mul_pd(xd, _mm256_fmadd_pd(_mm256_mul_pd(xd, xd), _mm256_set1_pd(GELU_C3),
-                                                  _mm256_set1_pd(GELU_C1)));
-    m = _mm256_min_pd(_mm256_max_pd(m, _mm256_set1_pd(-GELU_ARG_MAX)), _mm256_set1_pd(GELU_ARG_MAX));
-    *hi = _mm256_cvtpd_ps(m);
-    *lo = _mm256_cvtpd_ps(_mm256_sub_pd(m, _mm256_cvtps_pd(*hi)));
-}
-
-T2 static inline __m256 gelu_tanh8(__m256 x) {
-    __m128 hi0, lo0, hi1, lo1;
-    gelu_arg4(_mm256_castps256_ps128(x), &hi0, &lo0);
-    gelu_arg4(_mm256_extractf128_ps(x, 1), &hi1, &lo1);
-    __m256 hi = _mm256_set_m128(hi1, hi0), lo = _mm256_set_m128(lo1, lo0), one = _mm256_set1_ps(1.0f);
-    __m256 e = _mm256_mul_ps(ah_exp8(_mm256_sub_ps(_mm256_setzero_ps(), hi)), _mm256_sub_ps(one, lo));
-    __m256 y = _mm256_div_ps(x, _mm256_add_ps(one, e));
-    return _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
-}
-
-T2 static inline __m256 gelu_erf8(__m256 x) {
-    const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-GELU_ERF_CLAMP)), _mm256_set1_ps(GELU_ERF_CLAMP));
-    __m256 ax = abs8(xc), a = _mm256_mul_ps(ax, _mm256_set1_ps(SQRT1_2));
-    __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
-    __m256 z = _mm256_mul_ps(a, a), p = _mm256_set1_ps(erf_poly[0]);
-    for (int i = 1; i < 5; i++)
-        p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(erf_poly[i]));
-    __m256 h = _mm256_mul_ps(half, _mm256_mul_ps(a, p));
-    __m256 phi_small = _mm256_blendv_ps(_mm256_add_ps(half, h), _mm256_sub_ps(half, h), neg);
-    __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(a, half, one)), q = _mm256_set1_ps(erfc_poly[0]);
-    for (int i = 1; i < 11; i++)
-        q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(erfc_poly[i]));
-    __m256 hi = _mm256_mul_ps(ax, ax), lo = _mm256_fmsub_ps(ax, ax, hi);
-    __m256 ec = _mm256_mul_ps(_mm256_mul_ps(ah_exp8(_mm256_mul_ps(_mm256_set1_ps(-0.5f), hi)),
-                                            _mm256_fmadd_ps(_mm256_set1_ps(-0.5f), lo, one)),
-                              q);
-    __m256 hb = _mm256_mul_ps(half, ec);
-    __m256 phi_big = _mm256_blendv_ps(_mm256_sub_ps(one, hb), hb, neg);
-    __m256 is_small = _mm256_cmp_ps(a, _mm256_set1_ps(ERF_SMALL), _CMP_LT_OQ);
-    __m256 y = _mm256_mul_ps(x, _mm256_blendv_ps(phi_big, phi_small, is_small));
-    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
-    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
-#define ACT_LOOP8(vec, one)                                                                     \
-    do {                                                                                        \
-        for (; i + 8 <= m; i += 8) {                                                            \
-            __m256 y = vec(_mm256_loadu_ps(a + i));                                             \
-            if (b)                                                                              \
-                y = _mm256_mul_ps(y, _mm256_loadu_ps(b + i));                                   \
-            _mm256_storeu_ps(a + i, y);                                                         \
-        }                                                                                       \
-        for (; i < m; i++)                                                                      \
-            a[i] = b ? one(a[i]) * b[i] : one(a[i]);                                            \
-    } while (0)
-
-T2 static void act_block_avx2(act_kind kind, float *a, const float *b, int64_t m) {
-    int64_t i = 0;
-    switch (kind) {
-    case ACT_SILU: ACT_LOOP8(silu8, silu); break;
-    case ACT_GELU_TANH: ACT_LOOP8(gelu_tanh8, act_gelu_tanh); break;
-    case ACT_GELU_ERF: ACT_LOOP8(gelu_erf8, act_gelu_erf); break;
-    case ACT_TANH: ACT_LOOP8(tanh8, act_tanh); break;
-    }
-}
+/* AVX2 + FMA: 8 lanes, compare results as blend masks */
+#define SFX _avx2
+#define TGT __attribute__((target("avx2,fma")))
+#define W 8
+#define VT __m256
+#define VM __m256
+#define VLOAD _mm256_loadu_ps
+#define VSTORE _mm256_storeu_ps
+#define VSET1 _mm256_set1_ps
+#define VZERO _mm256_setzero_ps
+#define VADD _mm256_add_ps
+#define VSUB _mm256_sub_ps
+#define VMUL _mm256_mul_ps
+#define VDIV _mm256_div_ps
+#define VMIN _mm256_min_ps
+#define VMAX _mm256_max_ps
+#define VFMA _mm256_fmadd_ps
+#define VFMS _mm256_fmsub_ps
+#define VEXP ah_exp8
+#define VCMP(a, b, pred) _mm256_cmp_ps((a), (b), (pred))
+#define VSEL(m, yes, no) _mm256_blendv_ps((no), (yes), (m))
+#define VABS(x) _mm256_and_ps((x), _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)))
+#define VSIGN(x) _mm256_and_ps((x), _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)))
+#define VOR _mm256_or_ps
+#define HT __m128
+#define HTD __m256d
+#define HLO(x) _mm256_castps256_ps128(x)
+#define HHI(x) _mm256_extractf128_ps((x), 1)
+#define HJOIN(lo, hi) _mm256_set_m128((hi), (lo))
+#define DWIDE _mm256_cvtps_pd
+#define DNARROW _mm256_cvtpd_ps
+#define DSET1 _mm256_set1_pd
+#define DMUL _mm256_mul_pd
+#define DSUB _mm256_sub_pd
+#define DFMA _mm256_fmadd_pd
+#define DMIN _mm256_min_pd
+#define DMAX _mm256_max_pd
+#include "act_kernel.inc"
+#undef ACT_LOOP
 #endif
 
 #define ACT_LOOP_SCALAR(one)                                                                    \
