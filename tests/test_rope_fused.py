@@ -130,3 +130,44 @@ def test_partial_rotation_and_f16_keep_the_composition(device, backends, what):
 def test_bad_cann_llm_rope_is_refused(device):
     with pytest.raises(Exception, match="CANN_LLM_ROPE=fast: expected auto or composed"):
         _backend(device, "fast")
+
+
+# ---- whole models: the same logits, prompt and decode (captured and replayed) -------------------
+
+def _model_logits(path, monkeypatch, rope, ids, n_decode=2):
+    """Prompt logits, then n_decode greedy steps' logits, and the fused ROPE count."""
+    from cann_llm.model import Model
+    monkeypatch.setenv("CANN_LLM_ROPE", rope)
+    with Model(path, n_ctx=128) as m:
+        def count():
+            return sum(slot.backend.stats()["rope_fused"] for slot in m.sched.slots[:-1])
+        loaded = count()   # the load's warm-up graph
+        out = [m.logits(ids)]
+        seq = list(ids)
+        for _ in range(n_decode):
+            seq.append(int(np.argmax(out[-1][-1])))
+            out.append(m.logits(seq)[-1:])
+        np.testing.assert_array_equal(m.logits(ids), out[0])   # a replay of the first capture
+        return out, count() - loaded
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])   # normal and NeoX rotation
+def test_tiny_models_fused_equals_composed(tmp_path, monkeypatch, arch):
+    from tiny_models import write_tiny_model
+    path = str(write_tiny_model(tmp_path / "tiny.gguf", arch=arch, n_embd=64, n_layer=2, n_head=4,
+                                n_head_kv=2, n_ff=128))
+    ids = [1, 5, 9, 200, 17, 3]
+    fused, n_fused = _model_logits(path, monkeypatch, "auto", ids)
+    composed, n_composed = _model_logits(path, monkeypatch, "composed", ids)
+    assert n_fused > 0 and n_fused % 4 == 0 and n_composed == 0   # Q and K of 2 layers per graph
+    for a, b in zip(fused, composed):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_default_model_fused_equals_composed(default_model_path, monkeypatch):
+    ids = [1, 504, 3060, 314, 253, 1167, 30, 2]
+    fused, n_fused = _model_logits(str(default_model_path), monkeypatch, "auto", ids)
+    composed, n_composed = _model_logits(str(default_model_path), monkeypatch, "composed", ids)
+    assert n_fused > 0 and n_fused % 60 == 0 and n_composed == 0   # 30 layers' Q and K per graph
+    for a, b in zip(fused, composed):
+        np.testing.assert_array_equal(a, b)

@@ -183,20 +183,20 @@ static void test_half_types(void) {
     }
 }
 
-/* A refused call: the status, and a message naming the op and containing `what`. */
+/* A refused call: the status, and a message naming the op and containing `what`. xd[0] < 0 makes
+ * x and out 3-D (xd + 1); yd / yst give out another shape or strides; y_off 1 places out one
+ * element into x's memory (an overlap). */
 static void refused(aclnnStatus want, const char *what, const int64_t *xd, const int64_t *cd, aclDataType ct,
                     int64_t mode, const int64_t *yd, const int64_t *yst, size_t y_off) {
     void *buf = dev_alloc(1 << 20);
-    aclTensor *tx = acl_view(xd, xd[0] < 0 ? 3 : 4, ACL_FLOAT, NULL, 0, buf);
-    if (xd[0] < 0) tx = acl_view(xd + 1, 3, ACL_FLOAT, NULL, 0, buf);
+    bool tnd = xd[0] < 0;
+    const int64_t *xdims = tnd ? xd + 1 : xd;
+    int xr = tnd ? 3 : 4;
+    aclTensor *tx = acl_view(xdims, xr, ACL_FLOAT, NULL, 0, buf);
     aclTensor *tc = acl_view(cd, 4, ct, NULL, 0, (char *)buf + (256 << 10));
     aclTensor *ts = acl_view(cd, 4, ct, NULL, 0, (char *)buf + (384 << 10));
-    aclTensor *ty = acl_view(yd ? yd : xd, 4, ACL_FLOAT, yst, (int64_t)y_off, (char *)buf + (512 << 10));
-    if (xd[0] < 0) ty = acl_view(xd + 1, 3, ACL_FLOAT, NULL, 0, (char *)buf + (512 << 10));
-    if (y_off == 1) { /* out overlapping x */
-        aclDestroyTensor(ty);
-        ty = acl_view(xd, 4, ACL_FLOAT, NULL, 1, buf);
-    }
+    aclTensor *ty = y_off == 1 ? acl_view(xdims, xr, ACL_FLOAT, NULL, 1, buf)
+                               : acl_view(yd ? yd : xdims, yd ? 4 : xr, ACL_FLOAT, yst, 0, (char *)buf + (512 << 10));
     uint64_t ws = 0;
     aclOpExecutor *ex = NULL;
     aclnnStatus st = aclnnRotaryPositionEmbeddingGetWorkspaceSize(tx, tc, ts, mode, ty, &ws, &ex);
