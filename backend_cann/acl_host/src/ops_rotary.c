@@ -25,7 +25,6 @@
 #define CLM_ACLNN_POST81_DEFINE
 #include "aclnn_post81.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "ah_convert.h"
@@ -170,9 +169,7 @@ static inline const char *row_ptr(const rope_view *v, const int64_t *idx) {
 
 static void rope_rows(void *vctx, int64_t begin, int64_t end) {
     const rope_ctx *c = vctx;
-    float *buf = NULL;
-    if (!c->direct && !(buf = malloc((size_t)c->d * 4 * sizeof(float))))
-        return; /* cannot happen for D < 896 in practice; the output stays unwritten */
+    float buf[4 * ROPE_MAX_D]; /* x, cos, sin, y rows in F32 when staged (D < ROPE_MAX_D: 14 KiB) */
     int64_t idx[3] = {begin / (c->dims[1] * c->dims[2]), (begin / c->dims[2]) % c->dims[1], begin % c->dims[2]};
     for (int64_t row = begin; row < end; row++) {
         const char *px = row_ptr(&c->x, idx), *pc = row_ptr(&c->cos, idx), *ps = row_ptr(&c->sin, idx);
@@ -193,7 +190,6 @@ static void rope_rows(void *vctx, int64_t begin, int64_t end) {
             if (++idx[1] == c->dims[1]) idx[1] = 0, idx[0]++;
         }
     }
-    free(buf);
 }
 
 static aclError rope_run(const aclOpExecutor *ex, void *workspace) {
