@@ -364,6 +364,8 @@ typedef struct clm_cann_stats {
     int64_t mul_mat_id_gathered;
     int64_t casts_shared;
 
+    int64_t rope_fused;
+
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

@@ -1031,7 +1031,8 @@ class Backend(_Owned):
         """clm_cann_backend_stats as a dict: pool_kind ('legacy' | 'vmm'), pool_in_use,
         pool_peak, pool_reserved, pool_mapped (bytes), pool_slots_used, pool_slots_total,
         graph_captures, graph_replays, graph_cached, fused_add_rms_norm (CANN_LLM_FUSION),
-        mul_mat_id_routed, mul_mat_id_gathered (CANN_LLM_MUL_MAT_ID)."""
+        mul_mat_id_routed, mul_mat_id_gathered (CANN_LLM_MUL_MAT_ID), casts_shared,
+        rope_fused (CANN_LLM_ROPE)."""
         out = ffi.new("clm_cann_stats *")
         check(lib.clm_cann_backend_stats(self._handle(), out), "clm_cann_backend_stats")
         stats = {name: int(getattr(out, name)) for name, _ in ffi.typeof("clm_cann_stats").fields}

@@ -440,6 +440,8 @@ typedef struct clm_cann_stats {
     int64_t mul_mat_id_gathered; /* ... and as per-token gathers; counted as fused_add_rms_norm */
     int64_t casts_shared;       /* products that used another product's cast of the same activations
                                  * (the F16 x of Q/K/V, gate/up; counted when issued, as above) */
+    int64_t rope_fused;         /* ROPE nodes launched as one aclnnRotaryPositionEmbedding (CANN_LLM_ROPE;
+                                 * counted when issued, as above) */
 } clm_cann_stats;
 
 clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out);

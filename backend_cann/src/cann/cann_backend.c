@@ -335,6 +335,16 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
         free(backend);
         return clm_error(CLM_ERR_INVALID_ARG, "CANN_LLM_MUL_MAT_ID=%.32s: expected auto, gather or routed", mmid);
     }
+    const char *rope = getenv("CANN_LLM_ROPE");
+    if (rope == NULL || rope[0] == '\0' || strcasecmp(rope, "auto") == 0) {
+        ctx->rope_fused = true;
+    } else if (strcasecmp(rope, "composed") == 0) {
+        ctx->rope_fused = false;
+    } else {
+        free(ctx);
+        free(backend);
+        return clm_error(CLM_ERR_INVALID_ARG, "CANN_LLM_ROPE=%.32s: expected auto or composed", rope);
+    }
     snprintf(ctx->name, sizeof(ctx->name), "CANN%d", device);
     aclError err = aclrtCreateStream(&ctx->stream);
     if (err != ACL_SUCCESS) {
@@ -378,6 +388,7 @@ clm_status clm_cann_backend_stats(clm_backend *backend, clm_cann_stats *out) {
     out->mul_mat_id_routed = ctx->mul_mat_id_routed;
     out->mul_mat_id_gathered = ctx->mul_mat_id_gathered;
     out->casts_shared = ctx->casts_shared;
+    out->rope_fused = ctx->rope_fused_nodes;
     return CLM_OK;
 }
 

@@ -99,6 +99,9 @@ typedef struct cann_backend_ctx {
     int32_t comm_ranks, comm_rank;
     cann_activation_copy act;          /* within run_nodes: the shared cast of a product's activations */
     int64_t casts_shared;              /* products that used it instead of casting again */
+    bool rope_fused;                   /* CANN_LLM_ROPE (auto, the default): one aclnnRotaryPositionEmbedding
+                                        * per ROPE node when the runtime has it; composed: the composition */
+    int64_t rope_fused_nodes;          /* ROPE nodes launched as one aclnnRotaryPositionEmbedding */
 } cann_backend_ctx;
 
 /* Makes `device` current on the calling thread (aclrtSetDevice only when it changes). */
