@@ -1,4 +1,6 @@
-/* aclnn_nn.h - aclnn declarations for normalisation, softmax, rotary embedding, activations (silu, swiglu, gelu, tanh), index copy, argmax and the small math ops they are composed with.
+/* aclnn_nn.h - aclnn declarations for normalisation, softmax, activations (silu, swiglu, gelu, tanh),
+ * index copy, argmax and the small math ops ROPE and the rest are composed with (the one-launch
+ * aclnnRotaryPositionEmbedding is newer than 8.1.RC1: aclnn_post81.h).
  * Included by aclnn_api.h; same rules: exact CANN 8.1.RC1 prototypes, checked by
  * scripts/check_headers.sh, implemented by acl_host. */
 #ifndef CANN_LLM_ACLNN_NN_H

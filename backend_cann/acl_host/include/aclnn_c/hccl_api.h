@@ -25,6 +25,9 @@ extern "C" {
 #endif
 
 #ifndef CLM_HCCL_PROTOTYPES_ONLY
+/* The enumerators of 8.1.RC1, which later toolkits keep: they add HcclResult 23 and 24 (before
+ * the HCCL_E_RESERVED sentinel, which moves, so it is not declared) and the HIF8 / FP8 data types
+ * 14 to 17; none of those is declared here. */
 typedef enum {
     HCCL_SUCCESS = 0,
     HCCL_E_PARA = 1,
@@ -48,10 +51,7 @@ typedef enum {
     HCCL_E_NETWORK = 19,
     HCCL_E_AGAIN = 20,
     HCCL_E_REMOTE = 21,
-    HCCL_E_SUSPENDING = 22,
-    HCCL_E_OPRETRY_FAIL = 23,
-    HCCL_E_OOM = 24,
-    HCCL_E_RESERVED
+    HCCL_E_SUSPENDING = 22
 } HcclResult;
 
 typedef void *HcclComm; /* a communicator */
@@ -78,10 +78,6 @@ typedef enum {
     HCCL_DATA_TYPE_FP64 = 10,
     HCCL_DATA_TYPE_BFP16 = 11,
     HCCL_DATA_TYPE_INT128 = 12,
-    HCCL_DATA_TYPE_HIF8 = 14,
-    HCCL_DATA_TYPE_FP8E4M3 = 15,
-    HCCL_DATA_TYPE_FP8E5M2 = 16,
-    HCCL_DATA_TYPE_FP8E8M0 = 17,
     HCCL_DATA_TYPE_RESERVED = 255
 } HcclDataType;
 
