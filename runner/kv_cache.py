@@ -148,8 +148,9 @@ class KVCache:
         cell j (same sequence, cell position <= the token's), -inf elsewhere (other sequences,
         future positions, empty cells). n_swa > 0: the sliding window of local attention layers
         also hides cells n_swa or more positions behind the token (llama.cpp's standard SWA)."""
-        return be.kv_mask(self.pos[:n_kv], self.seq[:n_kv], n_kv, np.asarray(pos, dtype=np.int64),
-                          np.asarray(seq_ids, dtype=np.int64), n_swa)
+        return be.kv_mask(self.pos[:n_kv], self.seq[:n_kv], n_kv,
+                          np.ascontiguousarray(pos, dtype=np.int64),
+                          np.ascontiguousarray(seq_ids, dtype=np.int64), n_swa)
 
     # ---- sequence operations (llama_memory_seq_*) ------------------------------------------------
     def clear(self) -> None:

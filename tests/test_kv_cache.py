@@ -155,3 +155,13 @@ def test_mask_rejects_a_sequence_id_past_63(kv):
     kv.commit(kv.find_slots(1), [0], [0])
     with pytest.raises(CannError, match="sequence id 64"):
         kv.mask(kv.n_kv(), [0], [64])
+
+
+def test_mask_takes_strided_and_list_token_fields(kv):
+    """Positions and sequence ids may come as any integer sequence (a strided view, a list)."""
+    kv.commit(kv.find_slots(4), [0, 1, 0, 1], [0, 0, 1, 1])
+    pos = np.array([1, 9, 1, 9], dtype=np.int32)[::2]
+    seq = np.array([0, 7, 1, 7])[::2]
+    got = kv.mask(kv.n_kv(), pos, seq)
+    assert np.array_equal(got.view(np.uint16), kv.mask(kv.n_kv(), [1, 1], [0, 1]).view(np.uint16))
+    assert (got[0, :2] == 0).all() and np.isinf(got[0, 2:]).all()
