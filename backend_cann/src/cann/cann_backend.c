@@ -308,6 +308,24 @@ static const struct clm_backend_i cann_backend_iface = {
     .event_wait = backend_event_wait,
 };
 
+/* *out = the index of environment variable `name`'s value among choices (case-insensitive; unset
+ * or empty: 0, the default), or CLM_ERR_INVALID_ARG naming the accepted values. */
+static clm_status env_choice(const char *name, const char *const *choices, int n, int *out) {
+    const char *v = getenv(name);
+    *out = 0;
+    if (v == NULL || v[0] == '\0') return CLM_OK;
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(v, choices[i]) == 0) {
+            *out = i;
+            return CLM_OK;
+        }
+    char expected[128] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(expected + strlen(expected), sizeof(expected) - strlen(expected), "%s%s",
+                 i == 0 ? "" : i == n - 1 ? " or " : ", ", choices[i]);
+    return clm_error(CLM_ERR_INVALID_ARG, "%s=%.32s: expected %s", name, v, expected);
+}
+
 clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
     int device = dev->id;
     clm_status st = cann_set_device(device);
@@ -323,28 +341,17 @@ clm_status cann_backend_init(clm_device *dev, clm_backend **out) {
     const char *fusion = getenv("CANN_LLM_FUSION");
     ctx->fusion = !(fusion != NULL && (strcmp(fusion, "0") == 0 || strcasecmp(fusion, "off") == 0 ||
                                        strcasecmp(fusion, "false") == 0 || strcasecmp(fusion, "no") == 0));
-    const char *mmid = getenv("CANN_LLM_MUL_MAT_ID");
-    if (mmid == NULL || mmid[0] == '\0' || strcasecmp(mmid, "auto") == 0) {
-        ctx->mul_mat_id_path = CANN_MMID_AUTO;
-    } else if (strcasecmp(mmid, "gather") == 0) {
-        ctx->mul_mat_id_path = CANN_MMID_GATHER;
-    } else if (strcasecmp(mmid, "routed") == 0) {
-        ctx->mul_mat_id_path = CANN_MMID_ROUTED;
-    } else {
+    static const char *const mmid_paths[] = {"auto", "gather", "routed"}; /* cann_mmid_path order */
+    static const char *const rope_paths[] = {"auto", "composed"};
+    int mmid = 0, rope = 0;
+    if ((st = env_choice("CANN_LLM_MUL_MAT_ID", mmid_paths, 3, &mmid)) != CLM_OK ||
+        (st = env_choice("CANN_LLM_ROPE", rope_paths, 2, &rope)) != CLM_OK) {
         free(ctx);
         free(backend);
-        return clm_error(CLM_ERR_INVALID_ARG, "CANN_LLM_MUL_MAT_ID=%.32s: expected auto, gather or routed", mmid);
+        return st;
     }
-    const char *rope = getenv("CANN_LLM_ROPE");
-    if (rope == NULL || rope[0] == '\0' || strcasecmp(rope, "auto") == 0) {
-        ctx->rope_fused = true;
-    } else if (strcasecmp(rope, "composed") == 0) {
-        ctx->rope_fused = false;
-    } else {
-        free(ctx);
-        free(backend);
-        return clm_error(CLM_ERR_INVALID_ARG, "CANN_LLM_ROPE=%.32s: expected auto or composed", rope);
-    }
+    ctx->mul_mat_id_path = (cann_mmid_path)mmid;
+    ctx->rope_fused = rope == 0;
     snprintf(ctx->name, sizeof(ctx->name), "CANN%d", device);
     aclError err = aclrtCreateStream(&ctx->stream);
     if (err != ACL_SUCCESS) {
