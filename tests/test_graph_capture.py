@@ -327,3 +327,60 @@ def test_mul_mat_id_composition_must_be_named(device):
         _backend(device, graph=False, mul_mat_id="grouped")
 
 
+
+
+def _alias(clm, ctx, t):
+    """A second tensor with t's type, shape, strides and memory (another address, same fields)."""
+    a = ctx.new_tensor(t.type, t.ne, name=t.name + "-alias")
+    a.set_strides(t.nb)
+    a.alias_storage(t.data, t)
+    return a
+
+
+# Changes to the same graph object between two runs (the kept decode graph's case, which the
+# backend compares in its pointer form): each must either recapture (fields of the full key) or
+# replay an equal key; a stale replay gives the wrong bytes or misses a capture.
+GRAPH_EDITS = {
+    "node op": lambda clm, ch, spare: setattr(ch.c.c, "op", int(clm.Op.MUL)),
+    "node flags": lambda clm, ch, spare: setattr(ch.c.c, "flags", ch.c.c.flags | int(clm.TensorFlag.OUTPUT)),
+    "node data": lambda clm, ch, spare: ch.c.alias_storage(spare.data, spare),
+    "node stride of a unit dim": lambda clm, ch, spare: ch.c.c.nb.__setitem__(3, ch.c.c.nb[3] * 2),
+    "source rewired": lambda clm, ch, spare: ch.c.src[0].set_src(1, ch.y),
+    "outside source data": lambda clm, ch, spare: setattr(ch.y.c, "data", ch.x.c.data),
+    "outside source stride": lambda clm, ch, spare: ch.x.c.nb.__setitem__(3, ch.x.c.nb[3] * 2),
+}
+
+
+@pytest.mark.parametrize("edit", list(GRAPH_EDITS))
+def test_edited_graph_object_is_not_replayed_stale(clm, device, edit):
+    chain = Chain(clm, device)
+    spare_ctx = clm.Context(4)
+    spare = spare_ctx.new_tensor(clm.TensorType.F32, list(chain.c.ne), name="spare")
+    spare_buf = spare_ctx.alloc_tensors(device.buffer_type)
+    try:
+        with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as backend:
+            chain.run(backend, 0)
+            chain.run(backend, 1)
+            assert (backend.stats()["graph_captures"], backend.stats()["graph_replays"]) == (1, 1)
+            GRAPH_EDITS[edit](clm, chain, spare)
+            assert chain.run(backend, 2) == chain.run(eager, 2)
+            assert chain.run(backend, 3) == chain.run(eager, 3)
+            stats = backend.stats()
+            assert (stats["graph_captures"], stats["graph_replays"]) == (2, 2)
+    finally:
+        chain.close()
+        spare_buf.close()
+        spare_ctx.close()
+
+
+def test_same_fields_at_new_addresses_replay(clm, device, chain):
+    """A source rewired to another tensor with the same fields (the scheduler's aliases) has the
+    same full key: a replay, and the graph's pointer form is remade (later runs replay too)."""
+    with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as backend:
+        chain.run(backend, 0)
+        b = chain.c.src[0]
+        b.set_src(1, _alias(clm, chain.ctx, chain.x))
+        for seed in (1, 2, 3):
+            assert chain.run(backend, seed) == chain.run(eager, seed)
+        stats = backend.stats()
+        assert (stats["graph_captures"], stats["graph_replays"]) == (1, 3)

@@ -1,12 +1,16 @@
 /* graph_capture.c - ACL graph mode (GGML_CANN_ACL_GRAPH=1, the default): graph_compute replays a
  * captured aclmdlRI when the graph matches one seen before, else runs it eagerly and captures it.
  *
- * Key: per node, op, type, ne, nb, data address, op_params, and for each source slot its presence,
- * type, ne, nb and data address (a view's data is its view_src's data + view_offs, so views are
- * compared by where they point). The key is a flat array of 64-bit words; a 64-bit FNV-1a hash
- * screens candidates and a full comparison decides. First, the entries that last ran as the
- * same clm_graph are compared with the graph node by node without building its key (a kept
- * decode graph: ~40k words compared instead of built, hashed and compared).
+ * Key: per node, op, flags, type, ne, nb, data address, op_params, and for each source slot its
+ * presence, type, ne, nb and data address (a view's data is its view_src's data + view_offs, so
+ * views are compared by where they point). The key is a flat array of 64-bit words; a 64-bit
+ * FNV-1a hash screens candidates and a full comparison decides.
+ *
+ * First, the entries that last ran as the same clm_graph are compared with the graph through a
+ * snapshot (a kept decode graph's steady state): per node, its address and its leading bytes
+ * (every field the key reads, and its sources' addresses), then each source that is not a node
+ * (once): one memcmp per tensor, the tensors prefetched ahead. A match implies equal full keys
+ * (fast_matches); a miss falls back to the full key, and a hit there renews the snapshot.
  *
  * Cache: GGML_CANN_GRAPH_CACHE_CAPACITY entries (default 12, as upstream), least recently used
  * evicted (stream synchronized, then aclmdlRIDestroy).
@@ -23,6 +27,7 @@
  * the pool addresses recorded in a graph are free whenever it replays. Graph mode needs the VMM
  * pool (deterministic addresses, never unmapped); with the slot pool it is off.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +44,10 @@ typedef struct graph_entry {
     size_t n_words;
     aclmdlRI ri;          /* NULL: this graph could not be captured; it runs eagerly */
     uint64_t last_used;
-    const clm_graph *graph;   /* the clm_graph it last ran as (a hint for the fast comparison) */
+    const clm_graph *graph;   /* the clm_graph it last ran as: what `fast` was made from */
+    uint64_t *fast;           /* graph's snapshot records (fast_key); NULL: none yet */
+    size_t n_fast;            /* records: the nodes', then the outside sources' */
+    size_t n_snap_nodes;
 } graph_entry;
 
 struct cann_graph_cache {
@@ -90,6 +98,7 @@ clm_status cann_graph_cache_init(cann_backend_ctx *ctx) {
 static void entry_clear(graph_entry *e) {
     if (e->ri != NULL) aclmdlRIDestroy(e->ri);
     free(e->words);
+    free(e->fast);
     *e = (graph_entry){0};
 }
 
@@ -141,11 +150,11 @@ static void key_tensor(uint64_t *w, const clm_tensor *t) {
 #define KEY_TENSOR_WORDS (2 + 2 * CLM_MAX_DIMS)
 #define KEY_NODE_MAX (2 + KEY_TENSOR_WORDS + CLM_MAX_OP_PARAMS / 2 + CLM_MAX_SRC * KEY_TENSOR_WORDS)
 
-/* One node's words: op, the node as a tensor, op_params, the source mask, each source. Returns
- * the count (at most KEY_NODE_MAX). */
+/* One node's words: op and flags, the node as a tensor, op_params, the source mask, each source.
+ * Returns the count (at most KEY_NODE_MAX). */
 static size_t node_words(uint64_t *w, const clm_tensor *t) {
     size_t k = 0;
-    w[k++] = (uint64_t)(uint32_t)t->op;
+    w[k++] = (uint64_t)(uint32_t)t->op | (uint64_t)(uint32_t)t->flags << 32;
     key_tensor(w + k, t);
     k += KEY_TENSOR_WORDS;
     for (int p = 0; p < CLM_MAX_OP_PARAMS; p += 2) {
@@ -181,18 +190,115 @@ static clm_status build_key(struct cann_graph_cache *c, const clm_graph *graph, 
     return CLM_OK;
 }
 
-/* Whether graph's key equals e's, compared node by node as it is made (no key is built): the
- * fast path for the graph that ran last at this clm_graph (decode's steady state). */
-static bool entry_matches(const graph_entry *e, const clm_graph *graph) {
-    size_t n_nodes = clm_graph_n_nodes(graph), pos = 1;
-    uint64_t w[KEY_NODE_MAX];
-    if (e->n_words == 0 || e->words[0] != n_nodes) return false;
-    for (size_t i = 0; i < n_nodes; i++) {
-        size_t k = node_words(w, clm_graph_node(graph, i));
-        if (pos + k > e->n_words || memcmp(w, e->words + pos, k * sizeof(*w)) != 0) return false;
-        pos += k;
+/* ---- snapshots (fast_key / fast_matches) ---------------------------------------------------
+ * A snapshot record is a tensor's address and a copy of its leading SNAP_BYTES bytes: type, op,
+ * ne, nb, op_params, flags, src, view_src, view_offs and data, so one memcmp covers every field
+ * the full key reads of a node, the addresses of its sources included. An entry's snapshot of a
+ * graph is a record per node, in order, then a record per source that is not a node (once). */
+#define SNAP_BYTES (offsetof(clm_tensor, data) + sizeof(void *))
+#define SNAP_WORDS (1 + (SNAP_BYTES + 7) / 8)
+
+/* An open-addressing set of tensor addresses (power-of-two size, never full). */
+typedef struct ptr_set {
+    const clm_tensor **slots;
+    size_t mask;
+} ptr_set;
+
+/* Inserts t; false if it was there already. */
+static bool ptr_set_insert(ptr_set *set, const clm_tensor *t) {
+    size_t i = (size_t)(((uintptr_t)t >> 4) * 0x9E3779B97F4A7C15ull) & set->mask;
+    while (set->slots[i] != NULL) {
+        if (set->slots[i] == t) return false;
+        i = (i + 1) & set->mask;
     }
-    return pos == e->n_words;
+    set->slots[i] = t;
+    return true;
+}
+
+static void snap_record(uint64_t *w, const clm_tensor *t) {
+    w[0] = (uint64_t)(uintptr_t)t;
+    w[SNAP_WORDS - 1] = 0;
+    memcpy(w + 1, t, SNAP_BYTES);
+}
+
+/* e's snapshot of graph (replacing any it had); false when out of host memory (the entry then
+ * has none and is found through the full key). */
+static bool fast_key(graph_entry *e, const clm_graph *graph) {
+    free(e->fast);
+    e->fast = NULL;
+    e->n_fast = e->n_snap_nodes = 0;
+    size_t n_nodes = clm_graph_n_nodes(graph), size = 1, n = 0;
+    while (size < 2 * n_nodes * (1 + CLM_MAX_SRC) + 2) size *= 2;
+    ptr_set seen = {calloc(size, sizeof(*seen.slots)), size - 1};
+    /* at most n_nodes * (1 + CLM_MAX_SRC) records; grown as sources come */
+    size_t cap = 2 * n_nodes + 16;
+    uint64_t *w = malloc(cap * SNAP_WORDS * sizeof(*w));
+    if (seen.slots == NULL || w == NULL) goto fail;
+    for (size_t i = 0; i < n_nodes; i++) {
+        const clm_tensor *t = clm_graph_node(graph, i);
+        ptr_set_insert(&seen, t);
+        snap_record(w + n++ * SNAP_WORDS, t);
+    }
+    for (size_t i = 0; i < n_nodes; i++) {
+        const clm_tensor *t = clm_graph_node(graph, i);
+        for (int s = 0; s < CLM_MAX_SRC; s++) {
+            if (t->src[s] == NULL || !ptr_set_insert(&seen, t->src[s])) continue;
+            if (n == cap) {
+                uint64_t *grown = realloc(w, 2 * cap * SNAP_WORDS * sizeof(*w));
+                if (grown == NULL) goto fail;
+                w = grown;
+                cap *= 2;
+            }
+            snap_record(w + n++ * SNAP_WORDS, t->src[s]);
+        }
+    }
+    free(seen.slots);
+    uint64_t *fit = realloc(w, n * SNAP_WORDS * sizeof(*w));
+    e->fast = fit != NULL ? fit : w;
+    e->n_fast = n;
+    e->n_snap_nodes = n_nodes;
+    return true;
+fail:
+    free(seen.slots);
+    free(w);
+    return false;
+}
+
+/* A decode graph's tensors are cold when it is launched (the weights have streamed through the
+ * caches since the last token): the tensors PREFETCH_AHEAD records ahead are fetched while the
+ * current one is compared. */
+#define PREFETCH_AHEAD 8
+
+static inline void prefetch_snap(const clm_tensor *t) {
+    const char *p = (const char *)t;
+    for (size_t at = 0; at < SNAP_BYTES; at += 64) __builtin_prefetch(p + at);
+    __builtin_prefetch(p + SNAP_BYTES - 1);
+}
+
+/* Whether graph matches e's snapshot. A match implies that the full keys are equal: each node is
+ * the recorded tensor with the recorded fields, so its sources are the recorded addresses; each
+ * of those is a node (compared) or a recorded outside tensor, compared after the nodes, through
+ * the address the graph holds now (only addresses read from the graph being computed are
+ * dereferenced). */
+static bool fast_matches(const graph_entry *e, const clm_graph *graph) {
+    size_t n_nodes = clm_graph_n_nodes(graph);
+    if (e->fast == NULL || e->n_snap_nodes != n_nodes) return false;
+    const uint64_t *w = e->fast;
+    for (size_t i = 0; i < n_nodes && i < PREFETCH_AHEAD; i++) prefetch_snap(clm_graph_node(graph, i));
+    for (size_t i = 0; i < n_nodes; i++, w += SNAP_WORDS) {
+        const clm_tensor *t = clm_graph_node(graph, i);
+        if (i + PREFETCH_AHEAD < n_nodes) prefetch_snap(clm_graph_node(graph, i + PREFETCH_AHEAD));
+        if (w[0] != (uint64_t)(uintptr_t)t || memcmp(t, w + 1, SNAP_BYTES) != 0) return false;
+    }
+    const uint64_t *end = e->fast + e->n_fast * SNAP_WORDS;
+    for (const uint64_t *ahead = w; ahead < end && ahead < w + PREFETCH_AHEAD * SNAP_WORDS; ahead += SNAP_WORDS) {
+        prefetch_snap((const clm_tensor *)(uintptr_t)ahead[0]);
+    }
+    for (; w < end; w += SNAP_WORDS) {
+        if (w + PREFETCH_AHEAD * SNAP_WORDS < end) prefetch_snap((const clm_tensor *)(uintptr_t)w[PREFETCH_AHEAD * SNAP_WORDS]);
+        if (memcmp((const clm_tensor *)(uintptr_t)w[0], w + 1, SNAP_BYTES) != 0) return false;
+    }
+    return true;
 }
 
 /* ---- compute --------------------------------------------------------------------------------- */
@@ -246,17 +352,17 @@ clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph, 
 
     graph_entry *hit = NULL;
     for (int i = 0; i < c->n && hit == NULL; i++) {
-        if (c->entries[i].graph == graph && entry_matches(&c->entries[i], graph)) hit = &c->entries[i];
+        if (c->entries[i].graph == graph && fast_matches(&c->entries[i], graph)) hit = &c->entries[i];
     }
     uint64_t hash = 0;
     clm_status st = CLM_OK;
     if (hit == NULL) {
         if ((st = build_key(c, graph, &hash)) != CLM_OK) return st;
         hit = cache_find(c, hash);
+        if (hit != NULL) hit->graph = fast_key(hit, graph) ? graph : NULL;   /* its snapshot was stale */
     }
     if (hit != NULL) {
         hit->last_used = ++c->tick;
-        hit->graph = graph;
         if (hit->ri == NULL) return run_eager(ctx, graph, prepare, run_nodes);
         CANN_ACL(aclmdlRIExecuteAsync(hit->ri, ctx->stream));
         ctx->graph_replays++;
@@ -275,6 +381,7 @@ clm_status cann_graph_compute_captured(cann_backend_ctx *ctx, clm_graph *graph, 
     }
     *e = (graph_entry){.hash = hash, .words = words, .n_words = c->key_len, .ri = NULL, .last_used = ++c->tick,
                        .graph = graph};
+    if (!fast_key(e, graph)) e->graph = NULL;   /* out of memory: found through the full key */
 
     cann_consts_graph_begin(ctx);   /* per-graph slots recompute, so the capture records that work */
     aclError err = aclmdlRICaptureBegin(ctx->stream, ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL);
