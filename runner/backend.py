@@ -32,6 +32,7 @@ def _c_enum(c_name: str, prefix: str, py_name: str) -> type[enum.IntEnum]:
 
 Status = _c_enum("clm_status", "CLM_", "Status")
 TensorType = _c_enum("clm_type", "CLM_TYPE_", "TensorType")
+_F32_TYPE = int(TensorType.F32)
 Op = _c_enum("clm_op", "CLM_OP_", "Op")
 DeviceType = _c_enum("enum clm_device_type", "CLM_DEVICE_TYPE_", "DeviceType")
 BufferUsage = _c_enum("enum clm_buffer_usage", "CLM_BUFFER_USAGE_", "BufferUsage")
@@ -153,6 +154,17 @@ def find_nonfinite(src_type: int, src, n_elements: int | None = None) -> int:
     check(lib.clm_find_nonfinite(int(src_type), ffi.from_buffer(src), n_elements, first),
           "clm_find_nonfinite")
     return int(first[0])
+
+
+def first_nonfinite_f32(values: np.ndarray) -> int:
+    """find_nonfinite for a float32 array (a forward's logits): the flat index of its first NaN
+    or inf, -1 when all are finite; fewer conversions on the way to C than find_nonfinite."""
+    if values.dtype != np.float32 or not values.flags.c_contiguous:
+        return find_nonfinite(int(TensorType.F32), np.ascontiguousarray(values, dtype=np.float32))
+    first = ffi.new("int64_t *")
+    check(lib.clm_find_nonfinite(_F32_TYPE, ffi.from_buffer(values), values.size, first),
+          "clm_find_nonfinite")
+    return first[0]
 
 
 def kv_mask(cell_pos: np.ndarray, cell_seq: np.ndarray, n_kv: int, token_pos: np.ndarray,

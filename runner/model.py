@@ -145,18 +145,21 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
                  type_v=type_v, n_cells=n_cells)
 
 
-_F32 = int(be.TensorType.F32)
+_ONE_ROW = np.zeros(1, dtype=np.int32)     # a one-token micro-batch's output row (read-only)
+_ONE_ROW.flags.writeable = False
 
 
-def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits") -> None:
-    """NonFiniteLogitsError naming the first row (position, sequence) with a NaN or inf."""
-    first = be.find_nonfinite(_F32, logits, logits.size)     # one pass in C, no temporaries
+def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits", out_ids=None) -> None:
+    """NonFiniteLogitsError naming the first row (position, sequence) with a NaN or inf; row r
+    of `logits` is token out_ids[r] of (pos, seq_ids) (None: token r), looked up only then."""
+    first = be.first_nonfinite_f32(logits)     # one pass in C, no temporaries
     if first < 0:
         return
     row = first // logits.shape[1]
     n_bad = int((~np.isfinite(logits[row])).sum())
+    token = row if out_ids is None else int(out_ids[row])
     raise NonFiniteLogitsError(
-        f"the {what} at position {int(pos[row])} (sequence {int(seq_ids[row])}) hold {n_bad} "
+        f"the {what} at position {int(pos[token])} (sequence {int(seq_ids[token])}) hold {n_bad} "
         f"NaN/inf values: a weight or an op went bad; `cann-llm diff {path} -p PROMPT` finds "
         f"the first tensor that did")
 
@@ -374,6 +377,9 @@ class Model:
                 f"{n} tokens do not fit in the context: {self.n_cells} cells, "
                 f"{self.kv.n_used()} cells in use; load the model with a larger n_ctx or use a shorter "
                 f"prompt")
+        if n <= self.n_batch:       # one micro-batch (every decode step): no slicing
+            return self._decode_ubatch(batch.tokens, batch.pos, batch.seq_ids, batch.logits,
+                                       eval_callback, embeddings)
         outs = []
         for start in range(0, n, self.n_batch):
             sl = slice(start, min(start + self.n_batch, n))
@@ -386,14 +392,23 @@ class Model:
 
     def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback, embeddings=False):
         n = len(tokens)
-        cells = self.kv.find_slots(n)
-        self.kv.commit(cells, pos, seq_ids)
+        kv = self.kv
+        if n == 1:              # a decode step: one scan of the cells, no numpy bookkeeping
+            cells, n_kv = kv.find_slot()
+        else:
+            cells = kv.find_slots(n)
+        kv.commit(cells, pos, seq_ids)
         try:
-            out_ids = np.flatnonzero(want).astype(np.int32)
-            n_out = max(len(out_ids), 1)
-            if len(out_ids) == 0:
-                out_ids = np.array([n - 1], dtype=np.int32)
-            n_kv = self.kv.n_kv()
+            if n == 1:
+                n_want = 1 if want[0] else 0
+                out_ids = _ONE_ROW
+            else:
+                out_ids = np.flatnonzero(want).astype(np.int32)
+                n_want = len(out_ids)
+                if n_want == 0:
+                    out_ids = np.array([n - 1], dtype=np.int32)
+                n_kv = kv.n_kv()
+            n_out = len(out_ids)
             values = {"inp_tokens": tokens, "inp_pos": pos.astype(np.int32),
                       "kq_mask": self.kv.mask(n_kv, pos, seq_ids), "kv_idxs": cells,
                       "inp_out_ids": out_ids}
@@ -409,12 +424,13 @@ class Model:
         what = "embd" if embeddings else "logits"
         width = self.hparams.n_embd if embeddings else self.hparams.n_vocab
         rows = result[what].reshape(-1, width)
-        if not want.any():
+        if not n_want:
             return np.zeros((0, width), dtype=np.float32)
-        rows = rows[:len(out_ids)]             # Plan.run's arrays are this call's own
+        if len(rows) != n_want:
+            rows = rows[:n_want]               # Plan.run's arrays are this call's own
         if eval_callback is None:   # an eval callback (the diff tool) inspects the raw values
-            _check_logits(rows, pos[out_ids], seq_ids[out_ids], self.gguf.path,
-                          "embeddings" if embeddings else "logits")
+            _check_logits(rows, pos, seq_ids, self.gguf.path,
+                          "embeddings" if embeddings else "logits", out_ids)
         return rows
 
     def _forward(self, n_tokens: int, n_kv: int, n_outputs: int, values: dict, eval_callback,

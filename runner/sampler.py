@@ -221,44 +221,53 @@ class Sampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """The next token id for float32 logits [n_vocab] after the tokens in `history`."""
-        logits = np.asarray(logits)
+        if type(logits) is not np.ndarray:
+            logits = np.asarray(logits)
         if logits.ndim != 1 or logits.shape[0] == 0:
             raise ValueError(f"logits must be a non-empty vector, got shape {logits.shape}")
         if logits.dtype != np.float32:
             logits = logits.astype(np.float32)
         # one pass: NaN propagates through max, and argmax stops at the first NaN (greedy
-        # decoding's argmax is that pass)
-        best = int(np.argmax(logits)) if self.greedy else None
-        top = logits[best] if best is not None else logits.max()
-        if np.isnan(top) or top == np.inf:
+        # decoding's argmax is that pass); Python floats from here (a decode step's few checks)
+        if self.temperature <= 0.0:
+            best = int(logits.argmax())
+            top = float(logits[best])
+        else:
+            best, top = None, float(logits.max())
+        if top != top or top == math.inf:
             raise ValueError("logits hold NaN or +inf values: refusing to sample a token from them")
         if self.matcher is not None:
             logits = self.matcher.mask(logits)
             best = None                       # masked: the argmax may have moved
-        token = self._greedy_biased(logits, history, best)
+        token = self._greedy_biased(logits, history, best, top)
         if token is None:
             token = self._pick(self.apply_penalties(logits, history))
         if self.matcher is not None:
             self.matcher.accept(token)
         return token
 
-    def _greedy_biased(self, logits: np.ndarray, history, best: int | None = None) -> int | None:
+    def _greedy_biased(self, logits: np.ndarray, history, best: int | None = None,
+                       best_value: float | None = None) -> int | None:
         """Greedy decoding's pick (best: the argmax already taken) without copying the
         vocabulary for the logit bias (a decode step's common case: end-of-generation tokens
         banned): the argmax of the unbiased logits against the best biased token, ties to the
         lower id, as argmax over the biased copy would choose. None when this does not apply
-        (sampling, penalties, or the argmax is a biased token itself)."""
-        if not self.greedy or (self._penalize and len(history)):
+        (sampling, penalties, or the argmax is a biased token itself). best_value: logits[best]
+        as a Python float, when best is given."""
+        if self.temperature > 0.0 or (self._penalize and len(history)):
             return None
         if best is None:
-            best = int(np.argmax(logits))
+            best = int(logits.argmax())
+            best_value = None
+        if best_value is None:
+            best_value = float(logits[best])
         if not self._bias_ids.size:
-            if logits[best] == -np.inf:
+            if best_value == -math.inf:
                 raise ValueError(self._all_banned())
             return best
         if best in self.logit_bias:
             return None
-        if self._bias_bans_only and logits[best] > -np.inf:
+        if self._bias_bans_only and best_value > -math.inf:
             return best                       # banned tokens (-inf) never beat a finite best
         ok = self._bias_ids < logits.shape[0]
         ids = self._bias_ids[ok]

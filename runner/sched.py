@@ -11,6 +11,7 @@ splits in order and reads the outputs. Shapes are ggml order unless noted.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -469,13 +470,12 @@ class Plan:
         gets an EvalNode (source names and values, write-back)."""
         sched, slots = self.sched, self.sched.slots
         prof = profiler.active()
+        span = _no_span if prof is None else prof.span
         launches: dict = {}                 # device slot -> host times of its graph launches (us)
-        mem = ref.Memory()
-        with profiler.span("upload inputs"):
-            for name, targets in self.input_targets.items():
-                arr = values[name]
-                for slot, t in targets:
-                    slots[slot].backend.set_tensor_async(t, arr)
+        mem = ref.Memory() if self._uses_memory() else None
+        with span("upload inputs"):
+            for name, backend, t in self._uploads():
+                backend.set_tensor_async(t, values[name])
             for name in self.cpu_inputs:
                 t = self.inputs[name]
                 mem.raw[t.address] = np.ascontiguousarray(values[name]).reshape(-1) \
@@ -503,7 +503,7 @@ class Plan:
                     self._record_nodes(prof, launches)
                     return None
         out = {}
-        with profiler.span("download outputs"):
+        with span("download outputs"):
             for name, t, k, shape, dtype in (self._output_reads() if read_outputs else ()):
                 if k is None or slots[k].is_cpu:
                     out[name] = mem.read(t).reshape(shape).copy()
@@ -513,6 +513,28 @@ class Plan:
                 s.backend.synchronize()
         self._record_nodes(prof, launches)
         return out
+
+    def _uploads(self) -> list:
+        """(input name, backend, tensor) of every device copy of an input, listed once."""
+        uploads = getattr(self, "_upload_list", None)
+        if uploads is None:
+            slots = self.sched.slots
+            uploads = self._upload_list = [(name, slots[slot].backend, t)
+                                           for name, targets in self.input_targets.items()
+                                           for slot, t in targets]
+        return uploads
+
+    def _uses_memory(self) -> bool:
+        """Whether a run needs the CPU memory model: a CPU split, a CPU input or an output read
+        from the CPU (a device-only decode graph does not)."""
+        uses = getattr(self, "_memory_used", None)
+        if uses is None:
+            slots = self.sched.slots
+            uses = self._memory_used = bool(self.cpu_inputs) or any(
+                slots[sp.slot].is_cpu or any(slots[src].is_cpu for _, src, _ in sp.copies)
+                for sp in self.splits) or any(
+                k is None or slots[k].is_cpu for _, _, k, _, _ in self._output_reads())
+        return uses
 
     def _output_reads(self) -> list:
         """(name, tensor, slot index or None, numpy shape, dtype) of every output, read once: a
@@ -632,6 +654,13 @@ class Plan:
             name = self.sched.slots[sp.slot].name
             out[name] = out.get(name, 0) + len(sp.nodes)
         return out
+
+
+def _no_span(name, cat="host", **args):
+    return _NULL_SPAN
+
+
+_NULL_SPAN = contextlib.nullcontext()
 
 
 # ---- the eval callback's node record ------------------------------------------------------------
