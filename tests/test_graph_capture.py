@@ -327,8 +327,6 @@ def test_mul_mat_id_composition_must_be_named(device):
         _backend(device, graph=False, mul_mat_id="grouped")
 
 
-
-
 def _alias(clm, ctx, t):
     """A second tensor with t's type, shape, strides and memory (another address, same fields)."""
     a = ctx.new_tensor(t.type, t.ne, name=t.name + "-alias")
