@@ -316,8 +316,8 @@ class Model:
 
     def _tokenizer_metadata(self) -> dict:
         """The tokenizer.* keys and general.name, from the loader's parse of the header (its
-        skipped string arrays, the tokens and merges, decoded from the same map)."""
-        return {k: self.gguf.strings(k) for k in self.gguf.metadata
+        skipped string arrays, the tokens and merges, copied from the same map as blobs)."""
+        return {k: self.gguf.string_array(k) for k in self.gguf.metadata
                 if k.startswith("tokenizer.") or k == "general.name"}
 
     # ---- text ------------------------------------------------------------------------------
