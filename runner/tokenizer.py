@@ -23,6 +23,10 @@ Detokenization follows llama.cpp's token_to_piece and detokenize: byte-level dec
 special=True.
 IncrementalDetokenizer turns a stream of ids into text without ever emitting a broken UTF-8
 sequence.
+
+The token texts and merge lines stay in blobs (gguf_vocab.StringArray); the text -> id and pair ->
+rank tables and the merge loop are C (backend_cann/src/core/vocab.c, backend.VocabTable), so a
+150k-token vocabulary holds a few MiB and no Python object per token.
 """
 
 from __future__ import annotations
