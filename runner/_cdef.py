@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 5
+CLM_ABI_VERSION = 6
 
 CDEF = r"""
-#define CLM_ABI_VERSION 5
+#define CLM_ABI_VERSION 6
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -161,6 +161,9 @@ clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void
 
 clm_status clm_gguf_string_spans(const void *data, size_t size, size_t offset, uint64_t count,
                                  uint64_t *spans, size_t *end);
+
+clm_status clm_gguf_string_blob(const void *data, size_t size, size_t offset, uint64_t count, char *text,
+                                size_t text_size, uint32_t *offsets, size_t *end);
 clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
 
@@ -171,6 +174,23 @@ clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_
                        int64_t n_swa, uint16_t *out);
 clm_status clm_kv_cells_used(const int64_t *cell_pos, int64_t n_cells, int64_t *n_used, int64_t *last_used,
                              int64_t *first_free);
+
+typedef struct clm_vocab clm_vocab;
+#define CLM_BPE_BYTE_LEVEL 1
+#define CLM_BPE_IGNORE_MERGES 2
+#define CLM_BPE_NEWLINE_TOKENS 4
+clm_status clm_vocab_new(const char *text, const uint32_t *offsets, int64_t n_tokens, clm_vocab **out,
+                         int64_t *duplicate);
+clm_status clm_vocab_set_merges(clm_vocab *v, const char *text, const uint32_t *offsets, int64_t n_merges);
+clm_status clm_vocab_set_scores(clm_vocab *v, const double *scores);
+void clm_vocab_free(clm_vocab *v);
+clm_status clm_vocab_find(const clm_vocab *v, const char *text, size_t len, int32_t *id);
+clm_status clm_vocab_merge_rank(const clm_vocab *v, const char *left, size_t left_len, const char *right,
+                                size_t right_len, int32_t *rank);
+clm_status clm_vocab_bpe(const clm_vocab *v, const char *word, size_t len, uint32_t flags, int32_t *ids,
+                         int64_t cap, int64_t *n_ids);
+clm_status clm_vocab_spm(const clm_vocab *v, const char *text, size_t len, int32_t unk_id, int32_t *ids,
+                         int64_t cap, int64_t *n_ids);
 
 clm_status clm_context_new(size_t max_tensors, clm_context **out);
 void clm_context_free(clm_context *ctx);

@@ -117,6 +117,25 @@ def gguf_string_spans(buf, offset: int, count: int, spans: bool = True):
     return int(end[0]), out
 
 
+def gguf_string_blob(buf, offset: int, count: int):
+    """A GGUF string array of `count` strings at buf[offset:] as one blob: (end offset, text (a
+    bytearray: the strings back to back), uint32 offsets [count + 1]). ValueError when it runs
+    past the end of buf."""
+    view = np.frombuffer(buf, dtype=np.uint8)
+    end, _ = gguf_string_spans(buf, offset, count, spans=False)
+    text = bytearray(end - offset - 8 * count)
+    offsets = np.empty(count + 1, dtype=np.uint32)
+    out = ffi.new("size_t *")
+    status = lib.clm_gguf_string_blob(ffi.from_buffer(view), view.nbytes, int(offset), int(count),
+                                      ffi.from_buffer(text), len(text),
+                                      ffi.from_buffer("uint32_t[]", offsets), out)
+    if status != lib.CLM_OK:
+        message = _text(lib.clm_last_error())
+        lib.clm_clear_error()
+        raise ValueError(message)
+    return int(out[0]), text, offsets
+
+
 def convert(src_type: int, src, dst_type: int, dst=None, n_elements: int | None = None) -> np.ndarray:
     """Convert n_elements of raw ggml data `src` (buffer of src_type bytes) to dst_type bytes, in
     C; `dst` (a writable uint8 buffer) is filled or a new uint8 array returned."""
@@ -188,6 +207,77 @@ def kv_cells_used(cell_pos: np.ndarray) -> tuple[int, int, int]:
     check(lib.clm_kv_cells_used(ffi.from_buffer("int64_t[]", cell_pos), len(cell_pos), out, out + 1,
                                 out + 2), "clm_kv_cells_used")
     return out[0], out[1], out[2]
+
+
+# ---- the tokenizer's tables (src/core/vocab.c) ---------------------------------------------
+
+BPE_BYTE_LEVEL = lib.CLM_BPE_BYTE_LEVEL          # flags of VocabTable.bpe
+BPE_IGNORE_MERGES = lib.CLM_BPE_IGNORE_MERGES
+BPE_NEWLINE_TOKENS = lib.CLM_BPE_NEWLINE_TOKENS
+
+
+class VocabTable:
+    """Token text -> id and merge pair -> rank in C, over string blobs this object keeps alive:
+    `text` (bytes, or a bytearray never resized) and `offsets` (uint32 array of n + 1: string i is text[offsets[i]:offsets[i+1]]).
+    The texts are the raw token bytes (surrogateescape). ValueError for bad input; a duplicate text
+    raises ValueError with .duplicate = (first id, second id)."""
+
+    def __init__(self, text: bytes, offsets: np.ndarray):
+        self._keep = [text, offsets]
+        dup = ffi.new("int64_t[2]")
+        out = ffi.new("clm_vocab **")
+        n = len(offsets) - 1
+        status = lib.clm_vocab_new(ffi.from_buffer(text), ffi.from_buffer("uint32_t[]", offsets), n,
+                                   out, dup)
+        if status != lib.CLM_OK:
+            message = _text(lib.clm_last_error())
+            lib.clm_clear_error()
+            err = ValueError(message)
+            err.duplicate = (int(dup[0]), int(dup[1])) if dup[0] >= 0 else None
+            raise err
+        self._v = ffi.gc(out[0], lib.clm_vocab_free)
+
+    def _check(self, status):
+        if status != lib.CLM_OK:
+            message = _text(lib.clm_last_error())
+            lib.clm_clear_error()
+            raise ValueError(message)
+
+    def set_merges(self, text: bytes, offsets: np.ndarray) -> None:
+        self._keep += [text, offsets]
+        self._check(lib.clm_vocab_set_merges(self._v, ffi.from_buffer(text),
+                                             ffi.from_buffer("uint32_t[]", offsets), len(offsets) - 1))
+
+    def set_scores(self, scores: np.ndarray) -> None:
+        """Per-token float64 scores for spm() (kept alive here)."""
+        self._keep.append(scores)
+        self._check(lib.clm_vocab_set_scores(self._v, ffi.from_buffer("double[]", scores)))
+
+    def find(self, text: bytes) -> int:
+        """The id of the token with these bytes, -1 if there is none."""
+        out = ffi.new("int32_t *")
+        lib.clm_vocab_find(self._v, text, len(text), out)
+        return out[0]
+
+    def merge_rank(self, left: bytes, right: bytes) -> int:
+        """The rank of the merge (left, right), -1 if there is none."""
+        out = ffi.new("int32_t *")
+        self._check(lib.clm_vocab_merge_rank(self._v, left, len(left), right, len(right), out))
+        return out[0]
+
+    def bpe(self, word: bytes, flags: int) -> list:
+        """The ids of one pre-tokenized word (clm_vocab_bpe; flags: BPE_*)."""
+        ids = ffi.new("int32_t[]", 2 * len(word) + 1)
+        n = ffi.new("int64_t *")
+        self._check(lib.clm_vocab_bpe(self._v, word, len(word), flags, ids, len(ids), n))
+        return ffi.unpack(ids, n[0])
+
+    def spm(self, text: bytes, unk_id: int) -> list:
+        """The ids of a text merged SentencePiece-style (clm_vocab_spm; unk_id -1: none)."""
+        ids = ffi.new("int32_t[]", 2 * len(text) + 1)
+        n = ffi.new("int64_t *")
+        self._check(lib.clm_vocab_spm(self._v, text, len(text), unk_id, ids, len(ids), n))
+        return ffi.unpack(ids, n[0])
 
 
 def quantize_f32(dst_type: int, values) -> np.ndarray:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 
 from .ggml_types import GGUFValueType
 
-__all__ = ["GGUFMetadataError", "decode_strings", "read_metadata"]
+__all__ = ["GGUFMetadataError", "StringArray", "decode_strings", "read_metadata", "read_string_array"]
 
 _SCALAR = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
@@ -79,15 +80,67 @@ def decode_strings(buf, offset: int, count: int) -> tuple[list, int]:
             for s, n in spans.tolist()], end
 
 
+class StringArray(Sequence):
+    """A string array held as one blob, without a Python object per string: `text` (bytes or a
+    bytearray never resized: the strings back to back) and `offsets` (uint32 numpy array of len + 1; string i is
+    text[offsets[i]:offsets[i + 1]]). Indexing decodes one string (UTF-8, surrogateescape)."""
+
+    __slots__ = ("text", "offsets", "_off")
+
+    def __init__(self, text: bytes, offsets: np.ndarray):
+        self.text = text
+        self.offsets = offsets
+        self._off = memoryview(offsets)       # indexes to Python ints, faster than numpy's
+
+    @classmethod
+    def from_strings(cls, strings) -> "StringArray":
+        encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.uint32)
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        if lengths.sum() >= 1 << 32:
+            raise ValueError("strings of 4 GiB or more")
+        np.cumsum(lengths, out=offsets[1:], dtype=np.uint32)
+        return cls(b"".join(encoded), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self.offsets) - 1
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"string index {i} out of range ({n} strings)")
+        off = self._off
+        return self.text[off[i]:off[i + 1]].decode("utf-8", "surrogateescape")
+
+    def __repr__(self):
+        return f"<StringArray of {len(self)} strings, {len(self.text)} bytes>"
+
+
+def read_string_array(buf, offset: int, count: int) -> tuple[StringArray, int]:
+    """The `count` strings of a GGUF string array at buf[offset:] as a StringArray (a copy, made
+    in C without temporaries), and the offset after the array; ValueError when it runs past the
+    end of buf."""
+    from .backend import gguf_string_blob
+    if count > (memoryview(buf).nbytes - offset) // 8:     # 8 bytes of length per string at least
+        raise ValueError(f"a string array of {count} strings runs past the end of the file")
+    end, text, offsets = gguf_string_blob(buf, offset, count)
+    return StringArray(text, offsets), end
+
+
 def _wanted_default(key: str) -> bool:
     return key.startswith(("tokenizer.", "general."))
 
 
-def read_metadata(path, wanted=_wanted_default) -> dict:
+def read_metadata(path, wanted=_wanted_default, *, string_arrays: bool = False) -> dict:
     """Key/value metadata of the GGUF file at `path` for the keys where `wanted(key)` is true.
 
-    Scalars come back as Python values, strings as str, string arrays as lists of str and numeric
-    arrays as numpy arrays (copies: the file is closed on return).
+    Scalars come back as Python values, strings as str, string arrays as lists of str (or
+    StringArray with string_arrays=True: no object per string) and numeric arrays as numpy arrays
+    (copies: the file is closed on return).
     """
     path = os.fspath(path)
     with open(path, "rb") as f:
@@ -96,14 +149,14 @@ def read_metadata(path, wanted=_wanted_default) -> dict:
             raise GGUFMetadataError(f"{path}: too small to be a GGUF file ({size} bytes)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             try:
-                return _parse(mm, wanted)
+                return _parse(mm, wanted, string_arrays)
             except (struct.error, IndexError, ValueError) as e:
                 if isinstance(e, GGUFMetadataError):
                     raise GGUFMetadataError(f"{path}: {e}") from None
                 raise GGUFMetadataError(f"{path}: truncated or damaged GGUF metadata ({e})") from None
 
 
-def _parse(mm, wanted) -> dict:
+def _parse(mm, wanted, string_arrays=False) -> dict:
     if mm[:4] != b"GGUF":
         raise GGUFMetadataError("not a GGUF file (bad magic)")
     version, = struct.unpack_from("<I", mm, 4)
@@ -138,7 +191,7 @@ def _parse(mm, wanted) -> dict:
             if etype == GGUFValueType.STRING:
                 try:
                     if keep:
-                        return decode_strings(mm, off, n)
+                        return (read_string_array if string_arrays else decode_strings)(mm, off, n)
                     from .backend import gguf_string_spans
                     return None, gguf_string_spans(mm, off, n, spans=False)[0]
                 except ValueError:

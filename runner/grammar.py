@@ -42,7 +42,7 @@ class _Vocab:
         special = TokenAttr.CONTROL | TokenAttr.UNKNOWN | TokenAttr.UNUSED
         self.tokens = []
         for i in range(tok.n_vocab):
-            piece = tok.token_to_piece(i, True)      # raw bytes: BPE, SPM "▁", <0xXX> decoded
+            piece = tok._piece(i, True)     # token_to_piece uncached: raw bytes, SPM "▁", <0xXX> decoded
             if tok.attrs[i] & special or i in tok.eog_ids:
                 piece = b"\xff" + (piece or tok.tokens[i].encode("utf-8", "replace"))
             self.tokens.append(piece)

@@ -284,6 +284,15 @@ class GGUFFile:
             value, _ = decode_strings(self._mmap, value.offset, value.count)
         return value
 
+    def string_array(self, key: str):
+        """strings(key) as one blob (gguf_vocab.StringArray, no object per string) for a long
+        string array the parse skipped; other values as strings() gives them."""
+        value = self.metadata[key]
+        if isinstance(value, SkippedArray):
+            from .gguf_vocab import read_string_array
+            value, _ = read_string_array(self._mmap, value.offset, value.count)
+        return value
+
     def release_pages(self, info: TensorInfo) -> None:
         """Drop this process's mapping of a tensor's pages (the file's cache keeps them; reading
         them again maps them again): once a tensor is on its device, its bytes in the map would

@@ -23,18 +23,24 @@ Detokenization follows llama.cpp's token_to_piece and detokenize: byte-level dec
 special=True.
 IncrementalDetokenizer turns a stream of ids into text without ever emitting a broken UTF-8
 sequence.
+
+The token texts and merge lines stay in blobs (gguf_vocab.StringArray); the text -> id and pair ->
+rank tables and the merge loop are C (backend_cann/src/core/vocab.c, backend.VocabTable), so a
+150k-token vocabulary holds a few MiB and no Python object per token.
 """
 
 from __future__ import annotations
 
 import codecs
-import heapq
 import os
+from array import array
+from collections.abc import Mapping
 from enum import IntFlag
 
 import numpy as np
 
-from .gguf_vocab import read_metadata
+from . import backend as be
+from .gguf_vocab import StringArray, read_metadata
 from .pretokenize import PreTokenizer, bytes_to_unicode, pre_tokenizer
 
 __all__ = ["IncrementalDetokenizer", "TokenAttr", "Tokenizer", "TokenizerError"]
@@ -111,16 +117,38 @@ _WORD_CACHE_MAX = 1 << 16
 _WORD_CACHE_LEN = 64  # longer pre-tokenized words (gemma4 splits at newlines only) are not cached
 
 
-def _merge_ranks(merges) -> dict:
-    """Merge line ("left right") -> rank of its first occurrence, as llama.cpp's bpe_ranks keyed
-    by the line itself: a pair (left, right) is looked up as left + " " + right (_bpe_pair).
-    llama.cpp splits a line at its first space after the first character, so the left part of a
-    merge has no space after its first character, and for such a left part the joined line
-    splits back into the same pair: the lookup finds exactly the pairs llama.cpp's map holds.
-    Keying by the lines keeps no split strings or tuples (a 150k-merge vocabulary's ranks in a
-    few ms and ~8 MiB less than a (left, right) map)."""
-    n = len(merges)
-    return dict(zip(reversed(merges), range(n - 1, -1, -1)))   # the first occurrence wins
+def _string_array(strings) -> StringArray:
+    """The strings as one blob (a GGUF string array read with string_arrays=True already is)."""
+    return strings if isinstance(strings, StringArray) else StringArray.from_strings(strings)
+
+
+class _TokenIds(Mapping):
+    """Token text -> id, looked up in the C table (no dict of 150k strings)."""
+
+    def __init__(self, table: be.VocabTable, texts: StringArray):
+        self._find = table.find
+        self._texts = texts
+
+    def get(self, text, default=None):
+        if type(text) is not str:
+            return default
+        i = self._find(text.encode("utf-8", _SE))
+        return default if i < 0 else i
+
+    def __getitem__(self, text):
+        i = self.get(text)
+        if i is None:
+            raise KeyError(text)
+        return i
+
+    def __contains__(self, text):
+        return self.get(text) is not None
+
+    def __iter__(self):
+        return iter(self._texts)
+
+    def __len__(self):
+        return len(self._texts)
 
 
 class Tokenizer:
@@ -135,7 +163,7 @@ class Tokenizer:
         n = len(tokens)
         self.model = model
         self.pre: PreTokenizer | None = None
-        self._ranks: dict = {}
+        merges = None
         if model == "llama":
             self.kind = "spm"
             bos, eos, unk = 1, 2, 0
@@ -147,7 +175,6 @@ class Tokenizer:
             merges = metadata.get("tokenizer.ggml.merges")
             if merges is None:
                 raise TokenizerError(f"{name}: BPE vocabulary without tokenizer.ggml.merges")
-            self._ranks = _merge_ranks(merges)
             bos, eos, unk = (11, 11, None) if model == "gpt2" else (None, None, None)
             add_space_prefix, clean_spaces, add_bos = False, self.pre.clean_spaces, self.pre.add_bos
         else:
@@ -156,33 +183,43 @@ class Tokenizer:
         add_eos = False
         add_space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", add_space_prefix))
 
-        texts = list(tokens)
-        if "" in texts:
-            texts = [t or f"[EMPTY_{i}]" for i, t in enumerate(texts)]
-        token_to_id = dict(zip(texts, range(n)))
-        if len(token_to_id) != n:
-            seen: dict = {}
-            for i, t in enumerate(texts):
-                if t in seen:
-                    raise TokenizerError(f"{name}: duplicate token {t!r} (ids {seen[t]} and {i})")
-                seen[t] = i
+        # the texts as one blob, indexed in C (src/core/vocab.c): no object per token or merge
+        texts = _string_array(tokens)
+        if np.any(texts.offsets[1:] == texts.offsets[:-1]):
+            texts = StringArray.from_strings(t or f"[EMPTY_{i}]" for i, t in enumerate(texts))
+        try:
+            self._table = be.VocabTable(texts.text, texts.offsets)
+        except ValueError as e:
+            if getattr(e, "duplicate", None) is None:
+                raise TokenizerError(f"{name}: {e}") from None
+            a, b = e.duplicate
+            raise TokenizerError(f"{name}: duplicate token {texts[b]!r} (ids {a} and {b})") from None
+        if merges is not None:
+            merges = _string_array(merges)
+            self._table.set_merges(merges.text, merges.offsets)
         scores = metadata.get("tokenizer.ggml.scores")
-        self.scores = np.asarray(scores, dtype=np.float64).tolist() if scores is not None \
-            else [0.0] * n
+        self.scores = None                  # only SentencePiece merges by score
+        if self.kind == "spm" and scores is not None:
+            self.scores = np.array(scores[:n], dtype=np.float64)
+            if self.scores.shape != (n,):
+                raise TokenizerError(f"{name}: {self.scores.size} scores for {n} tokens")
+            self._table.set_scores(self.scores)
         types = metadata.get("tokenizer.ggml.token_type")
         if types is not None:
-            lut = np.full(max(_TYPE_TO_ATTR) + 1, int(TokenAttr.UNDEFINED), dtype=np.int64)
+            lut = np.full(max(_TYPE_TO_ATTR) + 1, int(TokenAttr.UNDEFINED), dtype=np.uint16)
             for t, a in _TYPE_TO_ATTR.items():
                 lut[t] = int(a)
             codes = np.asarray(types[:n], dtype=np.int64)
             known = (codes >= 0) & (codes < lut.size)
-            attrs = np.where(known, lut[np.where(known, codes, 0)],
-                             int(TokenAttr.UNDEFINED)).tolist()
+            attr_values = np.where(known, lut[np.where(known, codes, 0)], int(TokenAttr.UNDEFINED))
+            if attr_values.size < n:
+                attr_values = np.concatenate([attr_values, np.full(n - attr_values.size, _NORMAL)])
         else:
-            attrs = [_NORMAL] * n
-        self.tokens = texts
-        self.token_to_id = token_to_id
-        self.attrs = attrs
+            attr_values = np.full(n, _NORMAL)
+        attrs = array("H", attr_values.astype(np.uint16).tobytes())
+        self.tokens = texts                     # id -> text (decoded on access)
+        self.token_to_id = _TokenIds(self._table, texts)
+        self.attrs = attrs                      # id -> TokenAttr bits, as ints
         self.n_vocab = n
 
         def special_id(key, default):
@@ -222,19 +259,29 @@ class Tokenizer:
         self.eot_id = self.special_ids["eot"]
         self.eom_id = self.special_ids["eom"]
         # special-token cache: control, user-defined and unknown tokens, longest text first
-        special = np.flatnonzero(np.asarray(attrs) & (_CONTROL | _USER | _UNKNOWN)).tolist()
-        special.sort(key=lambda i: -len(texts[i].encode("utf-8", _SE)))
-        self._special = special
+        special = np.flatnonzero(np.frombuffer(attrs, dtype=np.uint16)
+                                 & (_CONTROL | _USER | _UNKNOWN)).tolist()
+        lengths = np.diff(texts.offsets.astype(np.int64))
+        special.sort(key=lambda i: -lengths[i])
+        self._special = [(i, texts[i]) for i in special]
         self._word_cache: dict = {}
-        self._piece_cache: dict = {}
+        self._piece_cache = ({}, {})            # per special flag: id -> token_to_piece
         if self.kind == "bpe":
-            self._byte_enc = bytes_to_unicode()
-            self._byte_dec = {c: b for b, c in self._byte_enc.items()}
+            self._bpe_flags = ((be.BPE_BYTE_LEVEL if self.pre.byte_encode else 0)
+                               | (be.BPE_IGNORE_MERGES if self.pre.ignore_merges else 0)
+                               | (be.BPE_NEWLINE_TOKENS if self.pre.newline_tokens else 0))
+            # GPT-2's character -> byte map, and the same as a str.translate table to Latin-1
+            # characters (one outside the map becomes U+FFFF or stays above U+00FF, so encoding
+            # to Latin-1 fails on it)
+            dec = {c: b for b, c in bytes_to_unicode().items()}
+            table = {ord(c): chr(b) for c, b in dec.items()}
+            table.update((i, "\uffff") for i in range(256) if chr(i) not in dec)
+            self._byte_dec = (dec, table)
 
     @classmethod
     def from_gguf(cls, path) -> "Tokenizer":
         path = os.fspath(path)
-        meta = read_metadata(path)
+        meta = read_metadata(path, string_arrays=True)
         return cls(meta, name=os.path.basename(path))
 
     # -- load-time fix-ups (llama_vocab::load) -------------------------------------------------
@@ -247,7 +294,7 @@ class Tokenizer:
                 if i is not None:
                     ids[kind] = i
                     attrs[i] |= _CONTROL
-        for i in np.flatnonzero(np.asarray(attrs) & _CONTROL).tolist():
+        for i in np.flatnonzero(np.frombuffer(attrs, dtype=np.uint16) & _CONTROL).tolist():
             if "unused" in self.tokens[i]:
                 attrs[i] |= _UNUSED
         eog = {ids[k] for k in ("fim_pad", "fim_rep", "fim_sep") if ids[k] is not None}
@@ -322,12 +369,11 @@ class Tokenizer:
 
     def _partition(self, text: str, special: bool) -> list:
         frags = [text]
-        tokens, attrs = self.tokens, self.attrs
-        for tid in self._special:
+        attrs = self.attrs
+        for tid, tt in self._special:
             attr = attrs[tid]
             if not special and attr & (_CONTROL | _UNKNOWN):
                 continue
-            tt = tokens[tid]
             if not any(type(f) is str and tt in f for f in frags):
                 continue
             new = []
@@ -355,123 +401,38 @@ class Tokenizer:
             frags = new
         return frags
 
-    # BPE (byte-level, or on characters for gemma4)
+    # BPE (byte-level, or on characters for gemma4): the merge loop is vocab.c's
     def _bpe(self, text: str, out: list):
         cache = self._word_cache
-        enc = self._byte_enc if self.pre.byte_encode else None
+        bpe, flags = self._table.bpe, self._bpe_flags
         for piece in self.pre.split(text):
-            word = "".join(enc[b] for b in piece.encode("utf-8", _SE)) if enc else piece
-            ids = cache.get(word)
+            ids = cache.get(piece)
             if ids is None:
-                ids = self._bpe_word(word)
-                if len(word) <= _WORD_CACHE_LEN:
+                ids = tuple(bpe(piece.encode("utf-8", _SE), flags))
+                if len(piece) <= _WORD_CACHE_LEN:
                     if len(cache) >= _WORD_CACHE_MAX:
                         cache.clear()
-                    cache[word] = ids
+                    cache[piece] = ids
             out.extend(ids)
 
-    def _bpe_word(self, word: str) -> tuple:
-        t2i = self.token_to_id
-        pre = self.pre
-        if pre.ignore_merges and word in t2i:
-            return (t2i[word],)
-        if pre.newline_tokens and word in t2i and not word.strip("\n"):
-            return (t2i[word],)
-        syms = self._merge(word, self._bpe_pair)
-        ids = []
-        for s in syms:
-            t = t2i.get(s)
-            if t is not None:
-                ids.append(t)
-                continue
-            # a byte no token covers is dropped, as in llama.cpp
-            for b in s.encode("utf-8", _SE):
-                if pre.byte_encode:
-                    t = t2i.get(bytes([b]).decode("utf-8", _SE))
-                else:
-                    t = t2i.get(f"<0x{b:02X}>")
-                if t is not None:
-                    ids.append(t)
-        return tuple(ids)
-
-    def _bpe_pair(self, a: str, b: str):
-        if not a or a.find(" ", 1) >= 0:      # no merge has this left part (see _merge_ranks)
-            return None
-        return self._ranks.get(f"{a} {b}")
-
-    def _spm_pair(self, a: str, b: str):
-        t = self.token_to_id.get(a + b)
-        return None if t is None else -self.scores[t]
-
-    @staticmethod
-    def _merge(word: str, priority) -> list:
-        """Merge adjacent symbols (initially the characters of `word`) best pair first: the lowest
-        priority(left, right), leftmost among equals; pairs with priority None never merge. This is
-        llama.cpp's work-queue algorithm (stale queue entries are skipped)."""
-        n = len(word)
-        if n < 2:
-            return [word] if word else []
-        text = list(word)
-        prev = list(range(-1, n - 1))
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        heap = []
-        for i in range(n - 1):
-            p = priority(text[i], text[i + 1])
-            if p is not None:
-                heap.append((p, i, i + 1, len(text[i]) + len(text[i + 1])))
-        heapq.heapify(heap)
-        push, pop = heapq.heappush, heapq.heappop
-        while heap:
-            _, left, right, size = pop(heap)
-            lt, rt = text[left], text[right]
-            if not lt or not rt or len(lt) + len(rt) != size:
-                continue
-            text[left] = merged = lt + rt
-            text[right] = ""
-            nr = nxt[right]
-            nxt[left] = nr
-            if nr >= 0:
-                prev[nr] = left
-            pl = prev[left]
-            if pl >= 0:
-                p = priority(text[pl], merged)
-                if p is not None:
-                    push(heap, (p, pl, left, len(text[pl]) + len(merged)))
-            if nr >= 0:
-                p = priority(merged, text[nr])
-                if p is not None:
-                    push(heap, (p, left, nr, len(merged) + len(text[nr])))
-        return [s for s in text if s]
-
-    # SentencePiece-style
+    # SentencePiece-style, the whole fragment at once
     def _spm(self, text: str, out: list):
-        t2i = self.token_to_id
-        for s in self._merge(text, self._spm_pair):
-            t = t2i.get(s)
-            if t is not None:
-                out.append(t)
-                continue
-            for b in s.encode("utf-8", _SE):
-                t = t2i.get(f"<0x{b:02X}>")
-                if t is None:
-                    t = t2i.get(bytes([b]).decode("utf-8", _SE))
-                if t is None:
-                    if self.unk_id is None:
-                        raise TokenizerError(f"{self.name}: no byte token for 0x{b:02X}")
-                    t = self.unk_id
-                out.append(t)
+        try:
+            out += self._table.spm(text.encode("utf-8", _SE),
+                                   -1 if self.unk_id is None else self.unk_id)
+        except ValueError as e:
+            raise TokenizerError(f"{self.name}: {e}") from None
 
     # -- detokenize ----------------------------------------------------------------------------
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token (llama.cpp's token_to_piece with lstrip 0): control and unknown
         tokens give b"" unless special; user-defined tokens give their text; unused tokens b""."""
-        key = (token, special)
-        piece = self._piece_cache.get(key)
+        cache = self._piece_cache[1 if special else 0]
+        piece = cache.get(token)
         if piece is None:
-            piece = self._piece(token, special)
-            self._piece_cache[key] = piece
+            token = int(token)
+            piece = cache[token] = self._piece(token, bool(special))
         return piece
 
     def _piece(self, token: int, special: bool) -> bytes:
@@ -480,13 +441,19 @@ class Tokenizer:
         attr = self.attrs[token]
         if not special and attr & (_CONTROL | _UNKNOWN):
             return b""
-        text = self.tokens[token]
+        texts = self.tokens
+        off = texts._off
+        text = texts.text[off[token]:off[token + 1]].decode("utf-8", _SE)   # tokens[token]
         if attr & (_CONTROL | _UNKNOWN | _USER):
             return text.encode("utf-8", _SE)
         if attr & _NORMAL:
             if self.kind == "spm" or self.pre.escape_spaces:
                 return text.replace("▁", " ").encode("utf-8", _SE)
-            dec = self._byte_dec
+            dec, table = self._byte_dec
+            try:
+                return text.translate(table).encode("latin-1")
+            except UnicodeEncodeError:
+                pass
             out = bytearray()
             for ch in text:
                 b = dec.get(ch)
@@ -511,15 +478,14 @@ class Tokenizer:
             ids = ids[1:]
         if remove_special and self.add_eos and ids and ids[-1] == self.eos_id:
             ids = ids[:-1]
-        buf = bytearray()
-        for i, t in enumerate(ids):
-            piece = self.token_to_piece(int(t), special)
-            if i == 0 and remove_space and piece[:1] == b" ":
-                piece = piece[1:]
-            buf += piece
+        get = self._piece_cache[1 if special else 0].get
+        piece_of = self.token_to_piece
+        pieces = [p if (p := get(t)) is not None else piece_of(t, special) for t in ids]
+        if remove_space and pieces and pieces[0][:1] == b" ":
+            pieces[0] = pieces[0][1:]
         if self.clean_spaces:
-            buf = _clean_spaces(buf)
-        return bytes(buf)
+            return bytes(_clean_spaces(bytearray(b"".join(pieces))))
+        return b"".join(pieces)
 
     def detokenize(self, ids, *, special: bool = False, remove_special: bool = False) -> str:
         """Text of `ids` (invalid UTF-8 becomes U+FFFD). special=True renders control tokens."""

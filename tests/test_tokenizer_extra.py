@@ -138,25 +138,3 @@ def test_incremental(name):
     chunks = [det.add(t) for t in ids] + [det.flush()]
     assert all("\ufffd" not in c for c in chunks)
     assert "".join(chunks) == text == tok.detokenize(ids)
-
-
-def test_merge_ranks_keyed_by_line():
-    """The ranks map is keyed by the merge lines, and a pair is found exactly when llama.cpp's
-    (left, right) map (each line split at its first space after the first character, the first
-    occurrence of a line winning) holds it, also for lines that start with a space, have more
-    than one space, repeat, or have no space to split at."""
-    lines = ["a b", "ab c d", " x y", "  z", "nospace", "a b", "\u2581 \u2581", "c d e"]
-    tok = Tokenizer.__new__(Tokenizer)
-    from cann_llm.tokenizer import _merge_ranks
-    tok._ranks = _merge_ranks(lines)
-    expected = {}
-    for rank, m in enumerate(lines):
-        pos = m.find(" ", 1)
-        if pos >= 0:
-            expected.setdefault((m[:pos], m[pos + 1:]), rank)
-    symbols = {"", "a", "b", "ab", "c", "d", "c d", "ab c", " x", "x", "y", " ", "z", "nospace",
-               "\u2581", "d e", "e"}
-    for left in symbols:
-        for right in symbols:
-            assert tok._bpe_pair(left, right) == expected.get((left, right)), (left, right)
-    assert expected[("ab", "c d")] == 1 and expected[(" x", "y")] == 2 and expected[("a", "b")] == 0

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 5
+#define CLM_ABI_VERSION 6
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -186,6 +186,10 @@ clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void
  * CLM_ERR_INVALID_ARG when it runs past data[size]. */
 clm_status clm_gguf_string_spans(const void *data, size_t size, size_t offset, uint64_t count,
                                  uint64_t *spans, size_t *end);
+/* The same array's strings back to back in text (text_size bytes: the array's bytes less 8 per
+ * string, at most 4 GiB) and offsets[0..count] (string i is text[offsets[i] .. offsets[i + 1])). */
+clm_status clm_gguf_string_blob(const void *data, size_t size, size_t offset, uint64_t count, char *text,
+                                size_t text_size, uint32_t *offsets, size_t *end);
 clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64_t n_elements);
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
 /* The first non-finite value of ggml-format data (src/core/finite.c): *first_bad is the element
@@ -203,6 +207,36 @@ clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_
                        int64_t n_swa, uint16_t *out);
 clm_status clm_kv_cells_used(const int64_t *cell_pos, int64_t n_cells, int64_t *n_used, int64_t *last_used,
                              int64_t *first_free);
+/* The tokenizer's tables and merge loop (src/core/vocab.c). Strings are one blob and n + 1 uint32
+ * offsets (string i is text[offsets[i] .. offsets[i + 1])); the blobs, offsets and scores stay the
+ * caller's and must outlive the vocab. clm_vocab_new indexes the token texts (two equal texts:
+ * CLM_ERR_INVALID_ARG with their ids in duplicate[0..1]). clm_vocab_set_merges indexes BPE merge
+ * lines ("left right", split at the first space after the first byte, the first occurrence's index
+ * the rank); clm_vocab_set_scores gives the per-token scores SPM merges by (NULL: all equal).
+ * clm_vocab_find: the id of a text, or -1; clm_vocab_merge_rank: the rank of a pair, or -1.
+ * clm_vocab_bpe: the ids of one pre-tokenized word, merged lowest rank first (CLM_BPE_BYTE_LEVEL:
+ * the word's bytes are mapped to GPT-2's printable characters first and a symbol that is no token
+ * becomes the tokens of its bytes' one-byte texts; otherwise the <0xXX> tokens; IGNORE_MERGES: a word
+ * that is a token is taken whole; NEWLINE_TOKENS: the same for a word of newlines only).
+ * clm_vocab_spm: the ids of a text merged SentencePiece-style, highest score first, a character no
+ * token covers as <0xXX> (or one-byte) tokens, else unk_id (-1: none, an error). Both write at most
+ * cap ids (2 * len + 1 always suffices) and the count to *n_ids. */
+typedef struct clm_vocab clm_vocab;
+#define CLM_BPE_BYTE_LEVEL 1
+#define CLM_BPE_IGNORE_MERGES 2
+#define CLM_BPE_NEWLINE_TOKENS 4
+clm_status clm_vocab_new(const char *text, const uint32_t *offsets, int64_t n_tokens, clm_vocab **out,
+                         int64_t *duplicate);
+clm_status clm_vocab_set_merges(clm_vocab *v, const char *text, const uint32_t *offsets, int64_t n_merges);
+clm_status clm_vocab_set_scores(clm_vocab *v, const double *scores);
+void clm_vocab_free(clm_vocab *v);
+clm_status clm_vocab_find(const clm_vocab *v, const char *text, size_t len, int32_t *id);
+clm_status clm_vocab_merge_rank(const clm_vocab *v, const char *left, size_t left_len, const char *right,
+                                size_t right_len, int32_t *rank);
+clm_status clm_vocab_bpe(const clm_vocab *v, const char *word, size_t len, uint32_t flags, int32_t *ids,
+                         int64_t cap, int64_t *n_ids);
+clm_status clm_vocab_spm(const clm_vocab *v, const char *text, size_t len, int32_t unk_id, int32_t *ids,
+                         int64_t cap, int64_t *n_ids);
 
 /* ---- contexts and tensors (metadata only; data is placed by clm_tensor_alloc) ------------- */
 clm_status clm_context_new(size_t max_tensors, clm_context **out);

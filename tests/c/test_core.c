@@ -1,5 +1,6 @@
-/* test_core.c - the ggml-style core and the CANN backend through the public C API: type traits,
- * tensors and views, graphs, buffers, and ADD / CPY computed on CANN0 compared with plain C. */
+/* test_core.c - the ggml-style core and the CANN backend through the public C API: the tokenizer's
+ * tables, type traits, tensors and views, graphs, buffers, and ADD / CPY computed on CANN0
+ * compared with plain C. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,7 +270,68 @@ static void test_add_and_cpy_on_cann(void) {
     clm_backend_free(backend);
 }
 
+/* Strings back to back and their offsets, from a NULL-terminated list. */
+static void make_strings(const char *const *list, char *text, uint32_t *offsets, int64_t *n) {
+    uint32_t at = 0;
+    int64_t i = 0;
+    offsets[0] = 0;
+    for (; list[i] != NULL; i++) {
+        memcpy(text + at, list[i], strlen(list[i]));
+        at += (uint32_t)strlen(list[i]);
+        offsets[i + 1] = at;
+    }
+    *n = i;
+}
+
+static void test_vocab(void) {
+    static const char *const tokens[] = {"a", "b", "ab", "abc", "c", "<0x41>", "\xc3\xa9", "xy", "x y", NULL};
+    static const char *const merges[] = {"a b", "ab c", "nospace", "a b", "x y", NULL};
+    char text[64], mtext[64];
+    uint32_t off[16], moff[16];
+    int64_t n, n_merges, dup[2], n_ids;
+    int32_t id, ids[64];
+    clm_vocab *v = NULL;
+    make_strings(tokens, text, off, &n);
+    make_strings(merges, mtext, moff, &n_merges);
+    CHECK(clm_vocab_new(text, off, n, &v, dup) == CLM_OK && dup[0] == -1);
+    CHECK(clm_vocab_find(v, "abc", 3, &id) == CLM_OK && id == 3);
+    CHECK(clm_vocab_find(v, "abd", 3, &id) == CLM_OK && id == -1);
+    CHECK(clm_vocab_set_merges(v, mtext, moff, n_merges) == CLM_OK);
+    CHECK(clm_vocab_merge_rank(v, "ab", 2, "c", 1, &id) == CLM_OK && id == 1);
+    CHECK(clm_vocab_merge_rank(v, "a", 1, "b", 1, &id) == CLM_OK && id == 0);  /* first occurrence */
+    CHECK(clm_vocab_merge_rank(v, "no", 2, "space", 5, &id) == CLM_OK && id == -1);
+    /* characters: "abc" merges whole; "A" is no token: its <0x41> byte token */
+    CHECK(clm_vocab_bpe(v, "abcA", 4, 0, ids, 64, &n_ids) == CLM_OK && n_ids == 2 && ids[0] == 3 && ids[1] == 5);
+    /* byte-level: "A" becomes the one-byte token "A", which there is none of: dropped */
+    CHECK(clm_vocab_bpe(v, "abcA", 4, CLM_BPE_BYTE_LEVEL, ids, 64, &n_ids) == CLM_OK && n_ids == 1 && ids[0] == 3);
+    /* the merge "x y" joins the symbols x and y */
+    CHECK(clm_vocab_bpe(v, "xy", 2, CLM_BPE_BYTE_LEVEL, ids, 64, &n_ids) == CLM_OK && n_ids == 1 && ids[0] == 7);
+    CHECK(clm_vocab_bpe(v, "abcabc", 6, 0, ids, 1, &n_ids) == CLM_ERR_INVALID_ARG);  /* no room */
+    /* SPM: the best-scoring pair first; an invalid byte with no token becomes unk (4: "c") */
+    const double scores[] = {0, 0, -1, -5, 0, 0, 0, 0, 0};
+    CHECK(clm_vocab_set_scores(v, scores) == CLM_OK);
+    CHECK(clm_vocab_spm(v, "abc\xff\xc3\xa9", 6, 4, ids, 64, &n_ids) == CLM_OK && n_ids == 3 && ids[0] == 3 &&
+          ids[1] == 4 && ids[2] == 6);
+    CHECK(clm_vocab_spm(v, "\xff", 1, -1, ids, 64, &n_ids) == CLM_ERR_INVALID_ARG &&
+          strstr(clm_last_error(), "0xFF") != NULL);
+    static char long_word[20000];
+    memset(long_word, 'a', sizeof(long_word));
+    CHECK(clm_vocab_bpe(v, long_word, sizeof(long_word), 0, NULL, 0, &n_ids) == CLM_ERR_INVALID_ARG);
+    int32_t *many = malloc(sizeof(long_word) * sizeof(int32_t));
+    CHECK(many != NULL && clm_vocab_spm(v, long_word, sizeof(long_word), -1, many, sizeof(long_word), &n_ids) == CLM_OK &&
+          n_ids == (int64_t)sizeof(long_word) && many[0] == 0);
+    free(many);
+    clm_vocab_free(v);
+    /* two equal texts */
+    static const char *const dups[] = {"a", "b", "a", NULL};
+    make_strings(dups, text, off, &n);
+    CHECK(clm_vocab_new(text, off, n, &v, dup) == CLM_ERR_INVALID_ARG && v == NULL && dup[0] == 0 && dup[1] == 2);
+    off[1] = 5; /* offsets that decrease */
+    CHECK(clm_vocab_new(text, off, n, &v, dup) == CLM_ERR_INVALID_ARG && strstr(clm_last_error(), "decrease") != NULL);
+}
+
 int main(void) {
+    test_vocab();
     test_types();
     test_tensors_and_views();
     test_unary_and_glu_constructors();
