@@ -302,6 +302,13 @@ static void test_float_products(void) {
     CHECK(float_mm(ACL_FLOAT16, 1, 1, 4, 8200, 7, 0, h4) < 2e-3);
     CHECK(memcmp(h4, h40, (size_t)(4 * 7) * 2) == 0);
     free(h40), free(h4);
+    /* k = 16400: 4 row blocks of 16 rows, packed and multiplied in 2 groups; the second group's rows
+     * against the reference, its first row against the in-place decode path */
+    uint16_t *h64g = malloc((size_t)(64 * 5) * 2), *h33 = malloc((size_t)(33 * 5) * 2);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 64, 16400, 5, 0, h64g) < 2e-3);
+    CHECK(float_mm(ACL_FLOAT16, 1, 1, 33, 16400, 5, 0, h33) < 2e-3);
+    CHECK(memcmp(h33, h64g, (size_t)(33 * 5) * 2) == 0);
+    free(h64g), free(h33);
     /* Matmul with a 1-D self: (k) @ (k, n) -> (n) */
     {
         int64_t kk = 40, nn = 6, ad[1] = {kk}, bd[2] = {kk, nn}, yd[1] = {nn};
@@ -843,6 +850,8 @@ int main(int argc, char **argv) {
     test_wq_batch_invariance((wq_case){0, 96, 21, 0, 0, 0, 1, 0});
     test_wq_batch_invariance((wq_case){0, 1056, 37, 1, 32, 1, 1, 0}); /* k cut into steps (prefill) */
     test_wq_batch_invariance((wq_case){0, 8192, 13, 0, 32, 0, 1, 0}); /* rows in two blocks (prefill) */
+    test_wq_batch_invariance((wq_case){0, 16384, 13, 0, 32, 0, 1, 0}); /* 4 row blocks packed in 2 groups */
+    test_wq_batch_invariance((wq_case){0, 16384, 13, 1, 32, 1, 1, 0});
     test_mm_mixed_range();
     test_wq_errors();
     test_float_products();

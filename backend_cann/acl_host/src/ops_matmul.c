@@ -85,6 +85,18 @@ static int64_t panel_rows(int64_t kp, int64_t m) {
     return round_up((m + blocks - 1) / blocks, 4);
 }
 
+/* Row groups of a prefill product: its activation rows are packed to F32 (kp floats each) and
+ * multiplied a group of whole row blocks at a time, so the packed rows stay within about
+ * APACK_GROUP_BYTES (for kp = 4864 and m = 512: 3 MiB at a time instead of 10) and the buffer is
+ * the kept scratch, not fresh pages per product. Each row block is computed as before (the same
+ * bits); a group's end is one more wait for the workers. */
+#define APACK_GROUP_BYTES ((int64_t)3 << 20)
+static int64_t row_groups(int64_t kp, int64_t mb, int64_t nrb) {
+    int64_t per = APACK_GROUP_BYTES / (mb * kp * (int64_t)sizeof(float));
+    per = per < 1 ? 1 : per;
+    return (nrb + per - 1) / per;
+}
+
 /* Scratch memory of the calling thread (pool workers and stream threads run the kernels): one
  * buffer per slot, kept between calls so that a product does not map and fault in fresh pages
  * (prefill's activation panel is over a MiB); a request over SCRATCH_KEEP bytes is served and then
@@ -157,9 +169,10 @@ typedef struct mm_params {
 typedef struct mm_ctx {
     const mm_params *p;
     const aclTensor *a, *b, *out;
-    const float *apack; /* [nb][m][kp] */
+    const float *apack; /* [nb][m][kp], or one batch's current row group [rows][kp] */
     int64_t kp, nt, ntiles, nb;
     int64_t mb, nrb; /* rows per row block, row blocks: a unit of work is (batch, row block, tile) */
+    int64_t row0;    /* the current row group's first row (apack's row 0; 0 when nb > 1) */
     volatile int failed;
 } mm_ctx;
 
@@ -184,7 +197,7 @@ static void mm_pack_a(void *vctx, int64_t begin, int64_t end) {
     const mm_geo *g = &c->p->geo;
     size_t es = ah_dtype_size(c->a->dtype);
     for (int64_t r = begin; r < end; r++) {
-        int64_t bi = r / g->m, i = r % g->m, oa, ob, oc;
+        int64_t bi = (c->row0 + r) / g->m, i = (c->row0 + r) % g->m, oa, ob, oc;
         batch_offsets(g, bi, &oa, &ob, &oc);
         float *dst = (float *)c->apack + r * c->kp;
         ah_load_f32(c->a->dtype, tensor_base(c->a) + (oa + i * g->a_rs) * (int64_t)es, g->a_cs, g->k, dst);
@@ -206,12 +219,12 @@ static void mm_tiles(void *vctx, int64_t begin, int64_t end) {
     size_t bes = ah_dtype_size(c->b->dtype), oes = ah_dtype_size(c->out->dtype);
     for (int64_t w = begin; w < end; w++) {
         int64_t bi = w / (c->nrb * c->ntiles), rest = w % (c->nrb * c->ntiles), oa, ob, oc;
-        int64_t i0 = rest / c->ntiles * c->mb, j0 = (rest % c->ntiles) * c->nt;
+        int64_t i0 = c->row0 + rest / c->ntiles * c->mb, j0 = (rest % c->ntiles) * c->nt;
         int64_t mm = g->m - i0 < c->mb ? g->m - i0 : c->mb, nn = g->n - j0 < c->nt ? g->n - j0 : c->nt;
         batch_offsets(g, bi, &oa, &ob, &oc);
         const char *bcols = tensor_base(c->b) + (ob + j0 * g->b_cs) * (int64_t)bes;
         /* decode-sized rows times F16 columns lying k-contiguous: read in place, no F32 panel */
-        ah_gemm_tile t = {.m = mm, .n = nn, .kp = c->kp, .a = c->apack + (bi * g->m + i0) * c->kp, .lda = c->kp,
+        ah_gemm_tile t = {.m = mm, .n = nn, .kp = c->kp, .a = c->apack + (bi * g->m + i0 - c->row0) * c->kp, .lda = c->kp,
                           .b16 = (const uint16_t *)(const void *)bcols, .ldb = g->b_cs, .c = ct, .ldc = c->nt};
         bool direct = c->b->dtype == ACL_FLOAT16 && g->b_rs == 1 && g->k == c->kp && g->m <= MM_MAX_DIRECT_M;
         if (!direct || !ah_gemm_run_f16(&t)) {
@@ -264,12 +277,21 @@ static aclError mm_run(const aclOpExecutor *ex, void *workspace) {
     c.ntiles = (g->n + c.nt - 1) / c.nt;
     c.mb = g->m > MM_MAX_DIRECT_M ? panel_rows(c.kp, g->m) : g->m;
     c.nrb = (g->m + c.mb - 1) / c.mb;
-    float *apack = scratch_get(0, (size_t)(c.nb * g->m * c.kp) * sizeof(float));
+    /* one batch: row groups (row_groups); several: all rows packed at once */
+    const int64_t n_groups = c.nb == 1 ? row_groups(c.kp, c.mb, c.nrb) : 1;
+    const int64_t group_rows = n_groups == 1 ? c.nb * g->m : (c.nrb + n_groups - 1) / n_groups * c.mb;
+    float *apack = scratch_get(0, (size_t)(group_rows * c.kp) * sizeof(float));
     if (!apack)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
-    ah_parallel_for(c.nb * g->m, 64, mm_pack_a, &c);
-    ah_parallel_for(c.nb * c.nrb * c.ntiles, 1, mm_tiles, &c);
+    for (int64_t gi = 0, rb0 = 0; gi < n_groups; gi++) {
+        const int64_t rb1 = c.nrb * (gi + 1) / n_groups;
+        const int64_t r1 = n_groups == 1 ? c.nb * g->m : (rb1 * c.mb < g->m ? rb1 * c.mb : g->m);
+        c.row0 = rb0 * c.mb;
+        ah_parallel_for(r1 - c.row0, 64, mm_pack_a, &c);
+        ah_parallel_for(c.nb * (rb1 - rb0) * c.ntiles, 1, mm_tiles, &c);
+        rb0 = rb1;
+    }
     scratch_done(0);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
@@ -415,9 +437,10 @@ typedef struct wq_params {
 typedef struct wq_ctx {
     const wq_params *p;
     const aclTensor *x, *w, *scale, *offset, *bias, *y;
-    const float *apack; /* [m][kp] */
+    const float *apack; /* [rows of the current row group][kp] */
     int64_t kp, ngroups, gsize, nt, ntiles;
     int64_t mb, nrb; /* rows per row block, row blocks: a unit of work is (row block, tile) */
+    int64_t row0;    /* the current row group's first row (apack's row 0) */
     volatile int failed;
 } wq_ctx;
 
@@ -491,7 +514,7 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     int64_t w_off = c->w->offset;
     int64_t ws0 = c->w->strides[0], ws1 = c->w->strides[1]; /* along k, along n */
     for (int64_t unit = begin; unit < end; unit++) {
-        int64_t tile = unit % c->ntiles, i0 = unit / c->ntiles * c->mb;
+        int64_t tile = unit % c->ntiles, i0 = c->row0 + unit / c->ntiles * c->mb;
         int64_t mm = p->m - i0 < c->mb ? p->m - i0 : c->mb;
         int64_t j0 = tile * nt, nn = p->n - j0 < nt ? p->n - j0 : nt;
         wq_gather_params(c, c->scale, j0, nn, sc);
@@ -527,7 +550,7 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
             wq = qt;
             ldw = (int64_t)qbytes;
         }
-        const float *a = c->apack + i0 * kp;
+        const float *a = c->apack + (i0 - c->row0) * kp;
         ah_gemm_quant q = {.m = mm, .n = nn, .kp = kp, .group = c->gsize, .a = a, .lda = kp,
                            .w = wq, .ldw = ldw, .int4 = p->int4, .scales = sc,
                            .offsets = c->offset ? of : NULL, .lds = c->ngroups, .c = ct, .ldc = nt};
@@ -570,7 +593,7 @@ static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
         const char *base = tensor_base(c->x);
         int64_t rs = c->x->strides[0], cs = c->x->strides[1];
         size_t es = ah_dtype_size(c->x->dtype);
-        ah_load_f32(c->x->dtype, base + i * rs * (int64_t)es, cs, p->k, dst);
+        ah_load_f32(c->x->dtype, base + (c->row0 + i) * rs * (int64_t)es, cs, p->k, dst);
         memset(dst + p->k, 0, (size_t)(c->kp - p->k) * sizeof(float));
         if (p->int4)
             ah_gemm_int4_order(dst, c->kp);
@@ -593,11 +616,12 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     c.ntiles = (p->n + c.nt - 1) / c.nt;
     c.mb = p->m > WQ_MAX_DIRECT_M ? panel_rows(c.kp, p->m) : p->m;
     c.nrb = (p->m + c.mb - 1) / c.mb;
-    float *apack = scratch_get(0, (size_t)(p->m * c.kp) * sizeof(float));
+    const int64_t n_groups = row_groups(c.kp, c.mb, c.nrb);
+    const int64_t group_rows = (c.nrb + n_groups - 1) / n_groups * c.mb;
+    float *apack = scratch_get(0, (size_t)((group_rows < p->m ? group_rows : p->m) * c.kp) * sizeof(float));
     if (!apack)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
     c.apack = apack;
-    ah_parallel_for(p->m, 64, wq_pack_x, &c);
     /* Waking a sleeping worker costs tens of microseconds on a virtual machine, a polling one
      * about a microsecond: a one-row product of fewer than WQ_MIN_PARALLEL multiply-adds runs on
      * the calling thread, and so does a several-row one (batched decode, compute-bound) under
@@ -607,7 +631,14 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     int64_t grain = (WQ_MIN_CHUNK_WEIGHTS + tile_weights - 1) / tile_weights;
     if (c.kp * p->n * p->m < (p->m > 1 ? WQ_MIN_PARALLEL_ROWS : WQ_MIN_PARALLEL))
         grain = c.nrb * c.ntiles;
-    ah_parallel_for(c.nrb * c.ntiles, grain, wq_tiles, &c);
+    for (int64_t gi = 0, rb0 = 0; gi < n_groups; gi++) {
+        const int64_t rb1 = c.nrb * (gi + 1) / n_groups;
+        const int64_t r1 = rb1 * c.mb < p->m ? rb1 * c.mb : p->m;
+        c.row0 = rb0 * c.mb;
+        ah_parallel_for(r1 - c.row0, 64, wq_pack_x, &c);
+        ah_parallel_for((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
+        rb0 = rb1;
+    }
     scratch_done(0);
     if (c.failed)
         return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
