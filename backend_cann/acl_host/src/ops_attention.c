@@ -419,7 +419,10 @@ T5 void scores_multi_avx512(const float *const *q, int nq, const char *k, int64_
         const bool pf = r0 == 0; /* later groups of rows find the keys in the cache */
         for (int64_t t0 = 0; t0 < n; t0 += 16) {
             const int tn = n - t0 < 16 ? (int)(n - t0) : 16;
-#define SCORES_ROWS(R) scores_rows_avx512(q + r0, R, k, ks, keys, t0, tn, n, D, vscale, s + r0, bf16, pf)
+#define SCORES_ROWS(R)                                                                              \
+    (D == 64 /* the common head dim, unrolled */                                                     \
+         ? scores_rows_avx512(q + r0, R, k, ks, keys, t0, tn, n, 64, vscale, s + r0, bf16, pf)       \
+         : scores_rows_avx512(q + r0, R, k, ks, keys, t0, tn, n, D, vscale, s + r0, bf16, pf))
             switch (rn) {
             case 1: SCORES_ROWS(1); break;
             case 2: SCORES_ROWS(2); break;
@@ -432,10 +435,12 @@ T5 void scores_multi_avx512(const float *const *q, int nq, const char *k, int64_
 }
 
 /* rn (constant after inlining) rows of one group, `half` 16-element halves of the d-block at d0 */
-/* pf_bytes: of each V row FIA_PREFETCH keys ahead, the bytes to prefetch (0: none) */
+/* rn rows, `half` (1, 2, or 4 when rn <= 3: the accumulators fill the registers) 16-element
+ * parts of the d-block at d0; pf_bytes: of each V row FIA_PREFETCH keys ahead, the bytes to
+ * prefetch (0: none) */
 T5 void pv_rows_avx512(double *const *acc, const float *const *p, int rn, const char *v, int64_t vs,
                        const int32_t *keys, int64_t n, int64_t d0, int half, bool bf16, int64_t pf_bytes) {
-    __m512d a[FIA_MR][4];
+    __m512d a[FIA_MR][8];
     for (int r = 0; r < rn; r++)
         for (int c = 0; c < 2 * half; c++)
             a[r][c] = _mm512_loadu_pd(acc[r] + d0 + 8 * c);
@@ -443,7 +448,7 @@ T5 void pv_rows_avx512(double *const *acc, const float *const *p, int rn, const 
         const char *row = v + keys[t] * vs + 2 * d0;
         if (pf_bytes && t + FIA_PREFETCH < n)
             prefetch_row(v + keys[t + FIA_PREFETCH] * vs, pf_bytes);
-        __m512d x[4];
+        __m512d x[8];
         for (int hh = 0; hh < half; hh++) {
             const __m512 w16 = load16_avx512(row + 32 * hh, bf16);
             x[2 * hh] = _mm512_cvtps_pd(_mm512_castps512_ps256(w16));
@@ -469,12 +474,14 @@ T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const
         prefetch_row(v + keys[t] * vs, 2 * D);
     for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
         const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
-        for (int64_t d0 = 0; d0 < D; d0 += 32) {
-            const bool full = D - d0 >= 32; /* 32 or 16 elements of the row */
+        for (int64_t d0 = 0; d0 < D;) {
+            /* 64 elements of the row for up to 3 rows, else 32, or the last 16 */
+            const int width = rn <= 3 && D - d0 >= 64 ? 64 : D - d0 >= 32 ? 32 : 16;
             const int64_t pf = r0 == 0 && d0 == 0 ? 2 * D : 0; /* the first pass brings whole rows */
 #define PV_ROWS(R)                                                                                   \
-    (full ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 2, bf16, pf)                      \
-          : pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 1, bf16, pf))
+    (width == 64 ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 4, bf16, pf)              \
+     : width == 32 ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 2, bf16, pf)             \
+                   : pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 1, bf16, pf))
             switch (rn) {
             case 1: PV_ROWS(1); break;
             case 2: PV_ROWS(2); break;
@@ -482,6 +489,7 @@ T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const
             default: PV_ROWS(4); break;
             }
 #undef PV_ROWS
+            d0 += width;
         }
     }
 }
