@@ -371,7 +371,7 @@ T5 __m512 reduce16_avx512(const __m512 *v) {
 /* The rows of a batched decode's keys are scattered over the cache (every n_seq-th cell) and, by
  * the time a layer's attention runs again, out of the caches; no hardware prefetcher follows
  * them. So the kernels ask for the rows of key t + FIA_PREFETCH while they work on key t. */
-#define FIA_PREFETCH 16
+#define FIA_PREFETCH 32
 
 static inline __attribute__((always_inline)) void prefetch_row(const char *row, int64_t bytes) {
     for (int64_t b = 0; b < bytes; b += 64)
