@@ -5,7 +5,8 @@
  * (sinf / cosf), F64 in double. Div: true division with NumPy broadcasting; the result dtype is
  * the promotion of the inputs, integers and bool promote to FLOAT; out may be any float dtype the
  * result converts to. F16 / BF16 divide in F32 and round once. Clamp: float self, out of self's
- * shape and dtype, min / max scalars (NaN stays NaN). IsNegInf: float self, BOOL out of its shape.
+ * shape and dtype, min / max scalars (NaN stays NaN). IsNegInf: float self, BOOL out of its shape
+ * (contiguous F16 / BF16 / F32 runs compare bit patterns).
  */
 #pragma GCC optimize("fp-contract=off")
 

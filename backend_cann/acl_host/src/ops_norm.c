@@ -4,7 +4,8 @@
  * rstdOut is a required F32 output with x's rank and the normalized dims set to 1. Dtypes
  * (x / gamma / y): F32/F32/F32, F16/F16/F16, BF16/BF16/BF16, F16/F32/F16, BF16/F32/BF16. Every
  * row computes in F32: its sum of squares in the fixed 16-lane order of ah_rows.h, so a row's
- * result does not depend on the other rows or the thread count. Rows run in parallel.
+ * result does not depend on the other rows or the thread count. Rows run in parallel;
+ * contiguous F32 rows are read and written in place, others go through an F32 row buffer.
  *
  * aclnnAddRmsNorm: xOut = x1 + x2 (in F32, rounded to x1's dtype as aclnnAdd rounds), then the
  * same row kernel on that rounded x: yOut = x * rstd * gamma, rstdOut as RmsNorm's. One pass per
