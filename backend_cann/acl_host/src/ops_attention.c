@@ -434,8 +434,7 @@ T5 void scores_multi_avx512(const float *const *q, int nq, const char *k, int64_
     }
 }
 
-/* rn (constant after inlining) rows of one group, `half` 16-element halves of the d-block at d0 */
-/* rn rows, `half` (1, 2, or 4 when rn <= 3: the accumulators fill the registers) 16-element
+/* rn (constant after inlining) rows of one group, `half` (1, 2, or 4 when rn <= 3: the accumulators fill the registers) 16-element
  * parts of the d-block at d0; pf_bytes: of each V row FIA_PREFETCH keys ahead, the bytes to
  * prefetch (0: none) */
 T5 void pv_rows_avx512(double *const *acc, const float *const *p, int rn, const char *v, int64_t vs,
@@ -531,7 +530,7 @@ __attribute__((target("avx512f"))) static int64_t row_max_avx512(const float *s,
     for (; t + 16 <= n; t += 16) {
         __m512 x = _mm512_loadu_ps(s + t);
         bad |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-        vm = _mm512_max_ps(vm, x); /* a NaN x gives vm; NaN rows are flagged anyway */
+        vm = _mm512_max_ps(vm, x); /* a NaN may land in a lane: such rows are flagged anyway */
     }
     float r = _mm512_reduce_max_ps(vm);
     *m = r > *m ? r : *m;
