@@ -5,7 +5,8 @@
  * rows, softmaxLse; the contiguity, finiteness and decode-mask rules;
  * batch invariance (a row's bits at Sq = 1, 7, 64), thread-count and ISA invariance (1 vs 2 threads,
  * scalar / AVX2 / AVX-512, in separate processes: the settings are read at init); error codes and messages.
- * CT_BENCH=1 prints decode GB/s of KV and prefill GFLOPS.
+ * CT_BENCH=1 prints decode GB/s of KV, prefill GFLOPS and the time of a batched decode (8 sequences);
+ * CT_BENCH_BATCHED=1 runs only the last (K/V in cache, and cold), three times each.
  */
 #include <math.h>
 #include <stdio.h>
@@ -349,9 +350,11 @@ static void test_batch_invariance(void) {
 
 /* --dump FILE: fixed cases' output and softmaxLse bytes, for the thread-count and ISA comparison: a per-head pse
  * (each row its own keys), and masks shared by the heads (the heads of a position computed
- * together: groups of 7 and 3, D = 64 and 48). */
+ * together: groups of 7 and 3, D = 64 and 48; 8 rows over 530 keys, as a batched decode's,
+ * with live-key counts that are not multiples of 16). */
 static const fa_case dump_cases[] = {{2, 32, 8, 9, 150, 128, "BSND", true, 1},
                                      {1, 14, 2, 40, 100, 64, "BSND", true, 2},
+                                     {1, 9, 3, 8, 530, 64, "BSND", true, 2},
                                      {2, 6, 2, 5, 70, 48, "BNSD", false, 0}};
 #define N_DUMP_CASES (sizeof dump_cases / sizeof dump_cases[0])
 
@@ -693,7 +696,64 @@ static void bench_one(int64_t N, int64_t KVN, int64_t Sq, int64_t Skv, int64_t D
     free(h), free(ph), free(mh);
 }
 
+/* Batched decode as the engine runs it: n_seq sequences, one query row each, over a cache whose
+ * cells interleave the sequences (cell j holds sequence j mod n_seq; all but the last 3 cells
+ * are filled), one shared BOOL attenMask (1, n_seq, Skv). Prints the median time; cold: K and V
+ * are flushed from the caches before each call (x86), as in a model whose other layers and
+ * weights passed through the caches since the last step. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void bench_batched_decode(int64_t N, int64_t KVN, int64_t n_seq, int64_t Skv, int64_t D, int reps, bool cold) {
+    int64_t nq = N * n_seq * D, nk = KVN * Skv * D;
+    uint16_t *h = malloc((size_t)(nq > nk ? nq : nk) * 2);
+    for (int64_t i = 0; i < (nq > nk ? nq : nk); i++) h[i] = f16(urand());
+    void *qd = dev_from(h, (size_t)nq * 2), *kd = dev_from(h, (size_t)nk * 2), *vd = dev_from(h, (size_t)nk * 2);
+    void *od = dev_alloc((size_t)nq * 2);
+    uint8_t *mh = malloc((size_t)(n_seq * Skv));
+    int64_t filled = Skv - 3; /* a few padding cells at the end */
+    for (int64_t i = 0; i < n_seq; i++)
+        for (int64_t j = 0; j < Skv; j++) mh[i * Skv + j] = !(j < filled && j % n_seq == i);
+    void *md = dev_from(mh, (size_t)(n_seq * Skv));
+    double *t = malloc((size_t)reps * sizeof(double));
+    for (int r = 0; r < reps; r++) {
+        int64_t qdims[4] = {1, n_seq, N, D}, kdims[4] = {1, Skv, KVN, D}, mdims[3] = {1, n_seq, Skv};
+        fia_args a = {.n_head = N, .n_kv_head = KVN, .scale = 0.125, .layout = "BSND", .inner = 2};
+        a.q = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, qd), a.out = acl_view(qdims, 4, ACL_FLOAT16, NULL, 0, od);
+        a.k = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, kd), a.v = acl_view(kdims, 4, ACL_FLOAT16, NULL, 0, vd);
+        a.mask = acl_view(mdims, 3, ACL_BOOL, NULL, 0, md);
+#if defined(__x86_64__)
+        if (cold) { /* K and V out of every cache level (acl_host's device memory is host memory) */
+            for (int64_t i = 0; i < nk * 2; i += 64) {
+                __builtin_ia32_clflush((const char *)kd + i);
+                __builtin_ia32_clflush((const char *)vd + i);
+            }
+            __builtin_ia32_mfence();
+        }
+#endif
+        double t0 = now();
+        CHECK(fia(&a) == ACLNN_SUCCESS);
+        t[r] = now() - t0;
+        aclDestroyTensor(a.q), aclDestroyTensor(a.out), aclDestroyTensor(a.mask);
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    printf("  bench batched decode N=%lld/%lld n_seq=%lld Skv=%lld D=%lld%s: median %.1f us (min %.1f)\n",
+           (long long)N, (long long)KVN, (long long)n_seq, (long long)Skv, (long long)D,
+           cold ? " (K/V cold)" : "", t[reps / 2] * 1e6, t[0] * 1e6);
+    aclrtFree(qd), aclrtFree(kd), aclrtFree(vd), aclrtFree(od), aclrtFree(md);
+    free(h), free(mh), free(t);
+}
+
 static void bench(void) {
+    if (getenv("CT_BENCH_BATCHED")) { /* only the batched-decode shape, three times each */
+        for (int i = 0; i < 3; i++) bench_batched_decode(9, 3, 8, 528, 64, 400, false);
+        for (int i = 0; i < 3; i++) bench_batched_decode(9, 3, 8, 528, 64, 60, true);
+        return;
+    }
+    bench_batched_decode(9, 3, 8, 528, 64, 400, false);
+    bench_batched_decode(9, 3, 8, 528, 64, 60, true);
     bench_one(32, 8, 1, 4096, 128, 10, false);
     bench_one(9, 3, 1, 8192, 64, 10, false);
     bench_one(32, 8, 512, 512, 128, 3, false);
@@ -708,6 +768,8 @@ int main(int argc, char **argv) {
     CHECK(aclrtCreateStream(&stream) == ACL_SUCCESS);
     if (argc == 3 && strcmp(argv[1], "--dump") == 0) {
         dump(argv[2]);
+    } else if (getenv("CT_BENCH_BATCHED")) { /* the batched-decode timing alone */
+        bench();
     } else {
         test_against_reference();
         test_fully_masked_rows_are_zero();

@@ -560,7 +560,8 @@ static void test_sin_cos_div(void) {
     aclrtFree(px), aclrtFree(pb), aclrtFree(py);
 }
 
-/* Clamp and IsNegInf on F16: how the attention mask becomes a finite pse and a BOOL attenMask. */
+/* Clamp and IsNegInf on F16 (IsNegInf also on F32, BF16 and a strided view): how the attention
+ * mask becomes a finite pse and a BOOL attenMask. */
 static void test_clamp_isneginf(void) {
     int64_t d[1] = {6};
     const float x[6] = {0.0f, -INFINITY, 3.5f, INFINITY, -70000.0f, NAN};
@@ -582,6 +583,29 @@ static void test_clamp_isneginf(void) {
     launch(aclnnIsNegInfGetWorkspaceSize(tx, tm, &ws, &ex), aclnnIsNegInf, &ws, &ex);
     to_host(m, pm, 6);
     for (int i = 0; i < 6; i++) CHECK(m[i] == (i == 1 || i == 4)); /* -70000 is -inf in F16 */
+    { /* F32, BF16 and a strided F16 view (every other element) give the same answers */
+        uint16_t bh[6];
+        for (int i = 0; i < 6; i++) {
+            uint32_t b;
+            memcpy(&b, &x[i], 4);
+            bh[i] = (uint16_t)(b >> 16); /* each value is exact in BF16 */
+        }
+        void *pf = dev_from(x, 24), *pb = dev_from(bh, 12), *ps = dev_from(NULL, 24);
+        for (int i = 0; i < 6; i++) /* xh[i] at element 2i, a decoy -inf between */
+            CHECK(aclrtMemcpy((char *)ps + 4 * i, 4, (uint16_t[2]){xh[i], 0xfc00u}, 4, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+        int64_t st[1] = {2};
+        aclTensor *in[3] = {acl_view(d, 1, ACL_FLOAT, NULL, 0, pf), acl_view(d, 1, ACL_BF16, NULL, 0, pb),
+                            acl_view(d, 1, ACL_FLOAT16, st, 0, ps)};
+        for (int k = 0; k < 3; k++) {
+            memset(m, 7, sizeof m);
+            CHECK(aclrtMemcpy(pm, 6, m, 6, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+            launch(aclnnIsNegInfGetWorkspaceSize(in[k], tm, &ws, &ex), aclnnIsNegInf, &ws, &ex);
+            to_host(m, pm, 6);
+            for (int i = 0; i < 6; i++) CHECK(m[i] == (i == 1 || (k == 2 && i == 4)));
+            aclDestroyTensor(in[k]);
+        }
+        aclrtFree(pf), aclrtFree(pb), aclrtFree(ps);
+    }
     /* errors: out dtype */
     CHECK(aclnnClampGetWorkspaceSize(tx, slo, shi, tf, &ws, &ex) == ACLNN_ERR_PARAM_INVALID);
     CHECK(strstr(aclGetRecentErrMsg(), "aclnnClamp") != NULL);

@@ -36,6 +36,16 @@ __attribute__((target("avx512f"))) static int64_t exp_sub_avx512(float *v, int64
             hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
         }
     }
+    if (i < n) { /* the tail, masked: element i + l in lane l, as lanes_f64 adds it */
+        const __mmask16 live = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 e = _mm512_maskz_mov_ps(live, ah_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, v + i), s)));
+        _mm512_mask_storeu_ps(v + i, live, e);
+        if (acc) { /* a dead lane adds +0, which leaves its (non-negative) sum as it is */
+            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+        i = n;
+    }
     if (acc) {
         _mm512_storeu_pd(acc, lo);
         _mm512_storeu_pd(acc + 8, hi);
@@ -63,8 +73,8 @@ __attribute__((target("avx2,fma"))) static int64_t exp_sub_avx2(float *v, int64_
 }
 #endif
 
-/* The vectorised part (whole blocks of 16 from the start; acc, when given, gets their lane sums),
- * returning where the one-at-a-time tail starts. */
+/* The vectorised part (whole blocks of 16 from the start, and on AVX-512 the tail too; acc, when
+ * given, gets their lane sums), returning where the one-at-a-time tail starts. */
 static int64_t exp_sub_blocks(float *v, int64_t n, float sub, double *acc) {
 #ifdef AH_EXP_X86
     switch (ah_isa()) {

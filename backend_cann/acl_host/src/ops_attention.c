@@ -39,7 +39,8 @@
  * computed alone, over its own list of live keys, in the same order whatever the split (so its
  * cost follows its own keys, not the cells of the other sequences of a batched decode, which
  * interleave with its own), and its output is bit-identical for any batch size, other rows or
- * thread count; every ISA path (AVX-512, AVX2, scalar) gives the same bits (no fused multiply-add).
+ * thread count; every ISA path (AVX-512, AVX2, scalar) gives the same bits (a multiply-add is
+ * fused only where the product is exact: F16/BF16 times F16/BF16 in F32, and in F64).
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -291,7 +292,7 @@ T5 __m512 load16_avx512(const char *row, bool bf16) {
 T5 float dot16_avx512(const float *q, const char *row, int64_t D, bool bf16) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < D; i += 16)
-        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + i), load16_avx512(row + 2 * i, bf16)));
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16_avx512(row + 2 * i, bf16), acc);
     __m256 lo = _mm512_castps512_ps256(acc);
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
     return hsum8_avx2(_mm256_add_ps(lo, hi)); /* l + l+8 first */
@@ -344,7 +345,8 @@ FIA_ROW_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
  * tree of dot16_avx512 (l + l+8, l + l+4, l + l+2, l + l+1, the lower half first), so each score
  * has the bits dot16_avx512 gives. P . V: the rows' F64 accumulators of 32 (or 16) of the D
  * elements stay in registers over all keys; p * v is exact in F64, so the fused multiply-add
- * rounds as pv_block_avx512's multiply then add. */
+ * rounds as pv_block_avx512's multiply then add (and q * k, two widened F16/BF16 values, is exact
+ * in F32: the scores' multiply-adds are fused too, with the bits of the scalar path). */
 #define FIA_MR 4
 
 /* lane j: the sum of v[j] by the tree above */
@@ -366,19 +368,33 @@ T5 __m512 reduce16_avx512(const __m512 *v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sum);
 }
 
-/* rn (constant after inlining) rows of one group, keys [t0, t0 + tn) */
+/* The rows of a batched decode's keys are scattered over the cache (every n_seq-th cell) and, by
+ * the time a layer's attention runs again, out of the caches; no hardware prefetcher follows
+ * them. So the kernels ask for the rows of key t + FIA_PREFETCH while they work on key t. */
+#define FIA_PREFETCH 32
+
+static inline __attribute__((always_inline)) void prefetch_row(const char *row, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64)
+        __builtin_prefetch(row + b, 0, 3);
+}
+
+/* rn (constant after inlining) rows of one group, keys [t0, t0 + tn) of n; pf: prefetch the
+ * K rows FIA_PREFETCH keys ahead */
 T5 void scores_rows_avx512(const float *const *q, int rn, const char *k, int64_t ks, const int32_t *keys,
-                           int64_t t0, int tn, int64_t D, __m512 vscale, float *const *s, bool bf16) {
+                           int64_t t0, int tn, int64_t n, int64_t D, __m512 vscale, float *const *s,
+                           bool bf16, bool pf) {
     __m512 part[FIA_MR][16];
     for (int tt = 0; tt < tn; tt++) {
         const char *row = k + keys[t0 + tt] * ks;
+        if (pf && t0 + tt + FIA_PREFETCH < n)
+            prefetch_row(k + keys[t0 + tt + FIA_PREFETCH] * ks, 2 * D);
         __m512 acc[FIA_MR];
         for (int r = 0; r < rn; r++)
             acc[r] = _mm512_setzero_ps();
         for (int64_t d = 0; d < D; d += 16) {
             const __m512 kv = load16_avx512(row + 2 * d, bf16);
-            for (int r = 0; r < rn; r++)
-                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_loadu_ps(q[r] + d), kv));
+            for (int r = 0; r < rn; r++) /* q * k is exact in F32: fused, the same bits */
+                acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + d), kv, acc[r]);
         }
         for (int r = 0; r < rn; r++)
             part[r][tt] = acc[r];
@@ -396,30 +412,42 @@ T5 void scores_rows_avx512(const float *const *q, int rn, const char *k, int64_t
 T5 void scores_multi_avx512(const float *const *q, int nq, const char *k, int64_t ks, const int32_t *keys,
                             int64_t n, int64_t D, float scale, float *const *s, bool bf16) {
     const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t t = 0; t < n && t < FIA_PREFETCH; t++)
+        prefetch_row(k + keys[t] * ks, 2 * D);
     for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
         const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
+        const bool pf = r0 == 0; /* later groups of rows find the keys in the cache */
         for (int64_t t0 = 0; t0 < n; t0 += 16) {
             const int tn = n - t0 < 16 ? (int)(n - t0) : 16;
+#define SCORES_ROWS(R)                                                                              \
+    (D == 64 /* the common head dim, unrolled */                                                     \
+         ? scores_rows_avx512(q + r0, R, k, ks, keys, t0, tn, n, 64, vscale, s + r0, bf16, pf)       \
+         : scores_rows_avx512(q + r0, R, k, ks, keys, t0, tn, n, D, vscale, s + r0, bf16, pf))
             switch (rn) {
-            case 1: scores_rows_avx512(q + r0, 1, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
-            case 2: scores_rows_avx512(q + r0, 2, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
-            case 3: scores_rows_avx512(q + r0, 3, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
-            default: scores_rows_avx512(q + r0, 4, k, ks, keys, t0, tn, D, vscale, s + r0, bf16); break;
+            case 1: SCORES_ROWS(1); break;
+            case 2: SCORES_ROWS(2); break;
+            case 3: SCORES_ROWS(3); break;
+            default: SCORES_ROWS(4); break;
             }
+#undef SCORES_ROWS
         }
     }
 }
 
-/* rn (constant after inlining) rows of one group, `half` 16-element halves of the d-block at d0 */
+/* rn (constant after inlining) rows of one group, `half` (1, 2, or 4 when rn <= 3: the accumulators fill the registers) 16-element
+ * parts of the d-block at d0; pf_bytes: of each V row FIA_PREFETCH keys ahead, the bytes to
+ * prefetch (0: none) */
 T5 void pv_rows_avx512(double *const *acc, const float *const *p, int rn, const char *v, int64_t vs,
-                       const int32_t *keys, int64_t n, int64_t d0, int half, bool bf16) {
-    __m512d a[FIA_MR][4];
+                       const int32_t *keys, int64_t n, int64_t d0, int half, bool bf16, int64_t pf_bytes) {
+    __m512d a[FIA_MR][8];
     for (int r = 0; r < rn; r++)
         for (int c = 0; c < 2 * half; c++)
             a[r][c] = _mm512_loadu_pd(acc[r] + d0 + 8 * c);
     for (int64_t t = 0; t < n; t++) {
         const char *row = v + keys[t] * vs + 2 * d0;
-        __m512d x[4];
+        if (pf_bytes && t + FIA_PREFETCH < n)
+            prefetch_row(v + keys[t + FIA_PREFETCH] * vs, pf_bytes);
+        __m512d x[8];
         for (int hh = 0; hh < half; hh++) {
             const __m512 w16 = load16_avx512(row + 32 * hh, bf16);
             x[2 * hh] = _mm512_cvtps_pd(_mm512_castps512_ps256(w16));
@@ -441,13 +469,18 @@ T5 void pv_rows_avx512(double *const *acc, const float *const *p, int rn, const 
 
 T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const char *v, int64_t vs,
                         const int32_t *keys, int64_t n, int64_t D, bool bf16) {
+    for (int64_t t = 0; t < n && t < FIA_PREFETCH; t++)
+        prefetch_row(v + keys[t] * vs, 2 * D);
     for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
         const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
-        for (int64_t d0 = 0; d0 < D; d0 += 32) {
-            const bool full = D - d0 >= 32; /* 32 or 16 elements of the row */
+        for (int64_t d0 = 0; d0 < D;) {
+            /* 64 elements of the row for up to 3 rows, else 32, or the last 16 */
+            const int width = rn <= 3 && D - d0 >= 64 ? 64 : D - d0 >= 32 ? 32 : 16;
+            const int64_t pf = r0 == 0 && d0 == 0 ? 2 * D : 0; /* the first pass brings whole rows */
 #define PV_ROWS(R)                                                                                   \
-    (full ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 2, bf16)                          \
-          : pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 1, bf16))
+    (width == 64 ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 4, bf16, pf)              \
+     : width == 32 ? pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 2, bf16, pf)             \
+                   : pv_rows_avx512(acc + r0, p + r0, R, v, vs, keys, n, d0, 1, bf16, pf))
             switch (rn) {
             case 1: PV_ROWS(1); break;
             case 2: PV_ROWS(2); break;
@@ -455,15 +488,104 @@ T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const
             default: PV_ROWS(4); break;
             }
 #undef PV_ROWS
+            d0 += width;
         }
     }
 }
 
 FIA_KERNELS(avx2, __attribute__((target("avx2,f16c"))))
 FIA_KERNELS(avx512, __attribute__((target("avx512f,avx2,f16c"))))
+
+/* The row work around the kernels, 16 at a time: what the scalar loops of fia_live_keys,
+ * row_max and normalize_row give, bit for bit. */
+
+/* keys[n++] = j for every j in [j, hi) with m[j] == 0 (a contiguous mask row), from n; whole
+ * blocks of 16 only (the caller does the tail). Each block stores 16 lanes at keys + n, which
+ * stays inside the row's S slots because n <= j - lo and j + 16 <= hi <= S. */
+__attribute__((target("avx512f,popcnt"))) static int64_t mask_live_avx512(const unsigned char *m, int64_t *jp,
+                                                                          int64_t hi, int32_t *keys, int64_t n) {
+    int64_t j = *jp;
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)j),
+                                   _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m512i step = _mm512_set1_epi32(16), zero = _mm512_setzero_si512();
+    for (; j + 16 <= hi; j += 16) {
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(m + j)));
+        __mmask16 live = _mm512_cmpeq_epi32_mask(b, zero);
+        /* compress in a register, then a plain store: a compressing store is slow on Zen 4 */
+        _mm512_storeu_si512((void *)(keys + n), _mm512_maskz_compress_epi32(live, idx));
+        n += _mm_popcnt_u32(live);
+        idx = _mm512_add_epi32(idx, step);
+    }
+    *jp = j;
+    return n;
+}
+
+/* The largest of s[0, n) (NaN ignored) into *m and whether any is NaN; whole blocks only.
+ * The max of a set does not depend on the order it is taken in (a +0 / -0 tie may come out
+ * either way, and s - m, exp and m + log(sum) are the same for both). */
+__attribute__((target("avx512f"))) static int64_t row_max_avx512(const float *s, int64_t n, float *m, bool *nan) {
+    __m512 vm = _mm512_set1_ps(-INFINITY);
+    __mmask16 bad = 0;
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16) {
+        __m512 x = _mm512_loadu_ps(s + t);
+        bad |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        vm = _mm512_max_ps(vm, x); /* a NaN may land in a lane: such rows are flagged anyway */
+    }
+    float r = _mm512_reduce_max_ps(vm);
+    *m = r > *m ? r : *m;
+    *nan = *nan || bad != 0;
+    return t;
+}
+
+/* out[d] = (float)(acc[d] / sum): one IEEE division in F64 and one rounding to F32 per element */
+__attribute__((target("avx512f"))) static int64_t normalize_avx512(const double *acc, double sum, float *out,
+                                                                   int64_t D) {
+    const __m512d vs = _mm512_set1_pd(sum);
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(out + d, _mm512_cvtpd_ps(_mm512_div_pd(_mm512_loadu_pd(acc + d), vs)));
+    return d;
+}
 #undef T2
 #undef T5
 #endif
+
+static int64_t mask_live(const unsigned char *m, int64_t lo, int64_t hi, int32_t *keys) {
+    int64_t n = 0, j = lo;
+#ifdef AH_X86
+    if (ah_isa() == AH_ISA_AVX512)
+        n = mask_live_avx512(m, &j, hi, keys, n);
+#endif
+    for (; j < hi; j++) {
+        keys[n] = (int32_t)j;
+        n += m[j] == 0;
+    }
+    return n;
+}
+
+static void row_max(const float *s, int64_t n, float *m, bool *nan) {
+    int64_t t = 0;
+    *m = -INFINITY, *nan = false;
+#ifdef AH_X86
+    if (ah_isa() == AH_ISA_AVX512)
+        t = row_max_avx512(s, n, m, nan);
+#endif
+    for (; t < n; t++) {
+        *m = s[t] > *m ? s[t] : *m;
+        *nan |= s[t] != s[t];
+    }
+}
+
+static void normalize_row(const double *acc, double sum, float *out, int64_t D) {
+    int64_t d = 0;
+#ifdef AH_X86
+    if (ah_isa() == AH_ISA_AVX512)
+        d = normalize_avx512(acc, sum, out, D);
+#endif
+    for (; d < D; d++)
+        out[d] = (float)(acc[d] / sum);
+}
 
 /* ---- the kernel --------------------------------------------------------------------------------- */
 typedef struct fia_job {
@@ -546,6 +668,9 @@ static int64_t fia_live_keys(const fia_job *job, int64_t b, int64_t h, int64_t i
             bias[n] = v;
             n += (!m || m[j * ms] == 0) && (!low || v > FIA_MASK_BIAS);
         }
+    } else if (m && ms == 1) {
+        n = mask_live(m, j_lo, j_hi, keys);
+        memset(bias, 0, (size_t)n * sizeof(float));
     } else if (m) {
         for (int64_t j = j_lo; j < j_hi; j++) {
             keys[n] = (int32_t)j;
@@ -618,13 +743,10 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
      * are not live hold P = 0 and add nothing) */
     for (int64_t r = 0; r < R; r++) {
         const int64_t n = w->n_live[r];
-        float *srow = scores + r * S, m = -INFINITY;
+        float *srow = scores + r * S, m;
         double sum;
-        bool nan = false;
-        for (int64_t t = 0; t < n; t++) {
-            m = srow[t] > m ? srow[t] : m;
-            nan |= srow[t] != srow[t];
-        }
+        bool nan;
+        row_max(srow, n, &m, &nan);
         if (nan) { /* a NaN score (NaN in q or k) poisons the row, as softmax does on the NPU */
             w->rmax[r] = NAN;
             w->rsum[r] = NAN;
@@ -680,8 +802,7 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
         else if (rsum == 0.0)
             memset(a, 0, (size_t)D * sizeof(float));
         else
-            for (int64_t d = 0; d < D; d++)
-                a[d] = (float)(ad[d] / rsum);
+            normalize_row(ad, rsum, a, D);
         char *dst = (char *)job->out.base + (b * job->out.sb + h * job->out.sn + i * job->out.ss) * es;
         if (dt == ACL_FLOAT16)
             ah_f32_to_f16_row(a, (uint16_t *)(void *)dst, D);

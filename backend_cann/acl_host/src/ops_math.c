@@ -5,7 +5,8 @@
  * (sinf / cosf), F64 in double. Div: true division with NumPy broadcasting; the result dtype is
  * the promotion of the inputs, integers and bool promote to FLOAT; out may be any float dtype the
  * result converts to. F16 / BF16 divide in F32 and round once. Clamp: float self, out of self's
- * shape and dtype, min / max scalars (NaN stays NaN). IsNegInf: float self, BOOL out of its shape.
+ * shape and dtype, min / max scalars (NaN stays NaN). IsNegInf: float self, BOOL out of its shape
+ * (contiguous F16 / BF16 / F32 runs compare bit patterns).
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -55,6 +56,26 @@ static void clamp_f16_run(const math_params *mp, int64_t n, char *const *p, int6
     }
 }
 
+/* IsNegInf of a contiguous F16 / BF16 / F32 run into a contiguous BOOL one: -inf has one bit
+ * pattern, so out = (bits == pattern), the same as the double path (the attention mask's split). */
+static bool isneginf_run(aclDataType t, int64_t n, char *const *p) {
+    uint8_t *out = (uint8_t *)p[0];
+    if (t == ACL_FLOAT16 || t == ACL_BF16) {
+        const uint16_t neg_inf = t == ACL_FLOAT16 ? 0xfc00u : 0xff80u;
+        const uint16_t *in = (const uint16_t *)(const void *)p[1];
+        for (int64_t i = 0; i < n; i++)
+            out[i] = in[i] == neg_inf;
+        return true;
+    }
+    if (t == ACL_FLOAT) {
+        const uint32_t *in = (const uint32_t *)(const void *)p[1];
+        for (int64_t i = 0; i < n; i++)
+            out[i] = in[i] == 0xff800000u;
+        return true;
+    }
+    return false;
+}
+
 static void math_segment(void *vctx, int64_t n, char *const *p, const int64_t *s) {
     const math_ctx *c = vctx;
     const math_params *mp = c->p;
@@ -63,6 +84,9 @@ static void math_segment(void *vctx, int64_t n, char *const *p, const int64_t *s
         clamp_f16_run(mp, n, p, s[1]);
         return;
     }
+    if (mp->kind == MATH_ISNEGINF && c->out_t == ACL_BOOL && s[0] == 1 &&
+        s[1] == (int64_t)ah_dtype_size(c->a_t) && isneginf_run(c->a_t, n, p))
+        return;
     double a[BLOCK], b[BLOCK];
     for (int64_t done = 0; done < n; done += BLOCK) {
         int64_t m = n - done < BLOCK ? n - done : BLOCK;

@@ -4,7 +4,8 @@
  * rstdOut is a required F32 output with x's rank and the normalized dims set to 1. Dtypes
  * (x / gamma / y): F32/F32/F32, F16/F16/F16, BF16/BF16/BF16, F16/F32/F16, BF16/F32/BF16. Every
  * row computes in F32: its sum of squares in the fixed 16-lane order of ah_rows.h, so a row's
- * result does not depend on the other rows or the thread count. Rows run in parallel.
+ * result does not depend on the other rows or the thread count. Rows run in parallel;
+ * contiguous F32 rows are read and written in place, others go through an F32 row buffer.
  *
  * aclnnAddRmsNorm: xOut = x1 + x2 (in F32, rounded to x1's dtype as aclnnAdd rounds), then the
  * same row kernel on that rounded x: yOut = x * rstd * gamma, rstdOut as RmsNorm's. One pass per
@@ -19,7 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ah_convert.h"
 #include "ah_rows.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define AH_X86 1
+#include <immintrin.h>
+#endif
 
 
 #define FLOAT_TYPES (AH_DTYPE_BIT(ACL_FLOAT) | AH_DTYPE_BIT(ACL_FLOAT16) | AH_DTYPE_BIT(ACL_BF16))
@@ -53,21 +60,92 @@ static void add_row(const rms_ctx *c, int64_t row, float *buf) {
         ah_rows_load(&c->xout, row, buf);
 }
 
+/* Row `row` of r as F32 values in place (one contiguous F32 run), else NULL. */
+static float *direct_row(const ah_rows *r, int64_t row) {
+    if (r->dtype != ACL_FLOAT || r->n_inner != 1 || r->inner_strides[0] != (int64_t)sizeof(float))
+        return NULL;
+    return (float *)(void *)ah_rows_ptr(r, row);
+}
+
+/* a and b are the same n floats or do not overlap (elementwise in place is fine, a shifted
+ * overlap is left to the copying path) */
+static bool same_or_apart(const float *a, const float *b, int64_t n) {
+    return a == b || a + n <= b || b + n <= a;
+}
+
+/* out[i] = a[i] + b[i]; y[i] = x[i] * rstd * g[i]: elementwise, so 16 at a time gives the bits
+ * of one at a time */
+#ifdef AH_X86
+__attribute__((target("avx512f"))) static int64_t add_avx512(const float *a, const float *b, float *out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    return i;
+}
+
+__attribute__((target("avx512f"))) static int64_t scale_avx512(const float *x, float rstd, const float *g, float *y,
+                                                               int64_t n) {
+    const __m512 r = _mm512_set1_ps(rstd);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), r), _mm512_loadu_ps(g + i)));
+    return i;
+}
+#endif
+
+static void add_f32(const float *a, const float *b, float *out, int64_t n) {
+    int64_t i = 0;
+#ifdef AH_X86
+    if (ah_isa() == AH_ISA_AVX512)
+        i = add_avx512(a, b, out, n);
+#endif
+    for (; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+static void scale_f32(const float *x, float rstd, const float *g, float *y, int64_t n) {
+    int64_t i = 0;
+#ifdef AH_X86
+    if (ah_isa() == AH_ISA_AVX512)
+        i = scale_avx512(x, rstd, g, y, n);
+#endif
+    for (; i < n; i++)
+        y[i] = x[i] * rstd * g[i];
+}
+
 static void rms_rows(void *vctx, int64_t begin, int64_t end) {
     const rms_ctx *c = vctx;
-    float *buf = malloc((size_t)(c->len > 0 ? c->len : 1) * (c->add ? 2 : 1) * sizeof(float));
+    const int64_t len = c->len;
+    float *buf = malloc((size_t)(len > 0 ? len : 1) * (c->add ? 2 : 1) * sizeof(float));
     if (!buf)
         return;
     for (int64_t row = begin; row < end; row++) {
-        ah_rows_load(&c->x, row, buf);
-        if (c->add) {
-            add_row(c, row, buf);
+        /* src: the row to normalize, F32; in place when the operands are contiguous F32 rows */
+        float *src = NULL;
+        if (!c->add) {
+            src = direct_row(&c->x, row);
+        } else {
+            float *x1 = direct_row(&c->x, row), *x2 = direct_row(&c->x2, row), *xo = direct_row(&c->xout, row);
+            if (x1 && x2 && xo && same_or_apart(xo, x1, len) && same_or_apart(xo, x2, len)) {
+                add_f32(x1, x2, xo, len);
+                src = xo;
+            }
         }
-        float mean = ah_sum_sq_f32(buf, c->len) / (float)c->len;
+        if (!src) {
+            ah_rows_load(&c->x, row, buf);
+            if (c->add)
+                add_row(c, row, buf);
+            src = buf;
+        }
+        float mean = ah_sum_sq_f32(src, len) / (float)len;
         float rstd = 1.0f / sqrtf(mean + c->eps);
-        for (int64_t i = 0; i < c->len; i++)
-            buf[i] = buf[i] * rstd * c->gamma[i];
-        ah_rows_store(&c->y, row, buf);
+        float *y = direct_row(&c->y, row);
+        if (y && same_or_apart(y, src, len)) {
+            scale_f32(src, rstd, c->gamma, y, len);
+        } else {
+            scale_f32(src, rstd, c->gamma, buf, len);
+            ah_rows_store(&c->y, row, buf);
+        }
         ah_rows_store(&c->rstd, row, &rstd);
     }
     free(buf);
@@ -93,13 +171,16 @@ static aclError rms_run(const aclOpExecutor *ex, void *workspace) {
     c.len = c.x.len;
     if (c.x.n_rows == 0 || c.len == 0)
         return ACL_SUCCESS;
-    float *gamma = malloc((size_t)c.len * sizeof(float));
-    if (!gamma)
-        return ah_error(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", ex->op);
     ah_rows g;
     ah_rows_init(&g, &ex->tensors[p->slot_gamma], ~0u);
-    ah_rows_load(&g, 0, gamma);
-    c.gamma = gamma;
+    float *gamma = NULL; /* an F32 copy unless gamma is one contiguous F32 run */
+    c.gamma = direct_row(&g, 0);
+    if (!c.gamma) {
+        if (!(gamma = malloc((size_t)c.len * sizeof(float))))
+            return ah_error(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", ex->op);
+        ah_rows_load(&g, 0, gamma);
+        c.gamma = gamma;
+    }
     ah_parallel_for(c.x.n_rows, ah_rows_grain(c.len), rms_rows, &c);
     free(gamma);
     return ACL_SUCCESS;
