@@ -1089,6 +1089,17 @@ class Backend(_Owned):
         check(lib.clm_backend_set_tensor_async(self._handle(), tensor.c, ffi.from_buffer(host),
                                                offset, host.nbytes), "set_tensor_async")
 
+    def set_tensors_async(self, pairs) -> None:
+        """set_tensor_async of each (tensor, array) in order, at offset 0: a graph's inputs in one
+        call (a decode token uploads five; each call crossing into Python costs on cold caches)."""
+        handle, keep, queue = self._handle(), self._in_flight, lib.clm_backend_set_tensor_async
+        for tensor, array in pairs:
+            host = np.ascontiguousarray(array)
+            keep.append(host)
+            status = queue(handle, tensor.c, ffi.from_buffer(host), 0, host.nbytes)
+            if status != lib.CLM_OK:
+                check(status, "set_tensor_async")
+
     def get_tensor_async(self, tensor: Tensor, out: np.ndarray | None = None,
                          offset: int = 0) -> np.ndarray:
         """Queue a tensor -> host copy; the returned array is valid after synchronize()."""

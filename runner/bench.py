@@ -179,7 +179,8 @@ def host_time_per_token(model, n_gen=32, seed=1):
         setattr(cls, name, timed)
 
     for name, key in (("graph_compute", "launch"), ("synchronize", "wait"),
-                      ("set_tensor_async", "upload"), ("get_tensor_async", "wait"),
+                      ("set_tensor_async", "upload"), ("set_tensors_async", "upload"),
+                      ("get_tensor_async", "wait"),
                       ("cpy_tensor_async", "upload")):
         wrap(be.Backend, name, key)
     wrap(sampler_mod.Sampler, "sample", "sampler")

@@ -474,8 +474,8 @@ class Plan:
         launches: dict = {}                 # device slot -> host times of its graph launches (us)
         mem = ref.Memory() if self._uses_memory() else None
         with span("upload inputs"):
-            for name, backend, t in self._uploads():
-                backend.set_tensor_async(t, values[name])
+            for backend, targets in self._uploads():
+                backend.set_tensors_async([(t, values[name]) for name, t in targets])
             for name in self.cpu_inputs:
                 t = self.inputs[name]
                 mem.raw[t.address] = np.ascontiguousarray(values[name]).reshape(-1) \
@@ -515,13 +515,17 @@ class Plan:
         return out
 
     def _uploads(self) -> list:
-        """(input name, backend, tensor) of every device copy of an input, listed once."""
+        """(backend, [(input name, tensor), ...]) of the device copies of the inputs, per backend
+        in slot order, listed once."""
         uploads = getattr(self, "_upload_list", None)
         if uploads is None:
             slots = self.sched.slots
-            uploads = self._upload_list = [(name, slots[slot].backend, t)
-                                           for name, targets in self.input_targets.items()
-                                           for slot, t in targets]
+            per_slot: dict = {}
+            for name, targets in self.input_targets.items():
+                for slot, t in targets:
+                    per_slot.setdefault(slot, []).append((name, t))
+            uploads = self._upload_list = [(slots[slot].backend, per_slot[slot])
+                                           for slot in sorted(per_slot)]
         return uploads
 
     def _uses_memory(self) -> bool:

@@ -229,6 +229,27 @@ def test_stream_runs_work_in_order(clm, device, backend):
         buffer.close()
 
 
+def test_set_tensors_async_uploads_each_pair_in_order(clm, device, backend):
+    """A graph's inputs in one call: every pair lands (a non-contiguous array too), the arrays stay
+    alive until synchronize, and a copy that does not fit raises with the C side's message."""
+    with clm.Context() as ctx:
+        x = ctx.new_tensor(clm.TensorType.F32, (64,), name="x")
+        bias = ctx.new_tensor(clm.TensorType.F32, (64,), name="bias")
+        y = ctx.add(x, bias)
+        graph = ctx.new_graph().build_forward(y)
+        buffer = ctx.alloc_tensors(device.buffer_type)
+        wide = np.arange(128, dtype=np.float32)
+        backend.set_tensors_async([(x, wide[::2]), (bias, np.full(64, 0.25, np.float32))])
+        backend.graph_compute(graph)
+        out = backend.get_tensor_async(y)
+        backend.synchronize()
+        assert np.array_equal(out, wide[::2] + 0.25)
+        with pytest.raises(clm.CannError):
+            backend.set_tensors_async([(x, np.zeros(65, np.float32))])
+        backend.synchronize()
+        buffer.close()
+
+
 _CROSS_STREAM = """
 import numpy as np
 from cann_llm import backend as clm
