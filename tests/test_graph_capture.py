@@ -371,6 +371,21 @@ def test_edited_graph_object_is_not_replayed_stale(clm, device, edit):
         spare_ctx.close()
 
 
+def test_empty_graph_is_kept_and_released(clm, device, chain):
+    """A graph with no nodes (the ggml plugin passes them) gets an entry like any other: computed
+    again, then beside a real graph, then the backend closed (its entries freed) without a
+    crash; the real graph still replays."""
+    with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as backend:
+        with clm.Context(2) as ctx:
+            empty = ctx.new_graph()
+            for _ in range(3):
+                backend.graph_compute(empty)
+                backend.synchronize()
+        for seed in (0, 1):
+            assert chain.run(backend, seed) == chain.run(eager, seed)
+        assert backend.stats()["graph_replays"] >= 1
+
+
 def test_same_fields_at_new_addresses_replay(clm, device, chain):
     """A source rewired to another tensor with the same fields (the scheduler's aliases) has the
     same full key: a replay, and the graph's pointer form is remade (later runs replay too)."""

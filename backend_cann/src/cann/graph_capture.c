@@ -253,7 +253,8 @@ static bool fast_key(graph_entry *e, const clm_graph *graph) {
         }
     }
     free(seen.slots);
-    uint64_t *fit = realloc(w, n * SNAP_WORDS * sizeof(*w));
+    /* shrunk to fit; an empty graph keeps its buffer (realloc to 0 bytes would free it) */
+    uint64_t *fit = n > 0 ? realloc(w, n * SNAP_WORDS * sizeof(*w)) : NULL;
     e->fast = fit != NULL ? fit : w;
     e->n_fast = n;
     e->n_snap_nodes = n_nodes;
