@@ -229,7 +229,7 @@ class Sampler:
             logits = logits.astype(np.float32)
         # one pass: NaN propagates through max, and argmax stops at the first NaN (greedy
         # decoding's argmax is that pass); Python floats from here (a decode step's few checks)
-        if self.temperature <= 0.0:
+        if self.greedy:
             best = int(logits.argmax())
             top = float(logits[best])
         else:
@@ -254,7 +254,7 @@ class Sampler:
         lower id, as argmax over the biased copy would choose. None when this does not apply
         (sampling, penalties, or the argmax is a biased token itself). best_value: logits[best]
         as a Python float, when best is given."""
-        if self.temperature > 0.0 or (self._penalize and len(history)):
+        if not self.greedy or (self._penalize and len(history)):
             return None
         if best is None:
             best = int(logits.argmax())

@@ -68,59 +68,34 @@ static void interleave_row_scalar(const float *x, const float *c, const float *s
 }
 
 #ifdef AH_X86
-__attribute__((target("avx512f"))) static void rope_row_avx512(int64_t mode, const float *x, const float *c,
-                                                              const float *s, float *y, int64_t d) {
-    int64_t j = 0;
-    if (mode == ROPE_HALF) {
-        int64_t h = d / 2;
-        for (; j + 16 <= h; j += 16) {
-            __m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + h);
-            __m512 y0 = _mm512_sub_ps(_mm512_mul_ps(a, _mm512_loadu_ps(c + j)), _mm512_mul_ps(b, _mm512_loadu_ps(s + j)));
-            __m512 y1 = _mm512_add_ps(_mm512_mul_ps(b, _mm512_loadu_ps(c + j + h)),
-                                      _mm512_mul_ps(a, _mm512_loadu_ps(s + j + h)));
-            _mm512_storeu_ps(y + j, y0);
-            _mm512_storeu_ps(y + j + h, y1);
-        }
-        half_row_scalar(x, c, s, y, h, j);
-        return;
-    }
-    /* partner of lane i is lane i ^ 1; even lanes take its negation */
-    const __m512i neg_even = _mm512_set4_epi32(0, (int)0x80000000u, 0, (int)0x80000000u);
-    for (; j + 16 <= d; j += 16) {
-        __m512 v = _mm512_loadu_ps(x + j);
-        __m512 partner = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_permute_ps(v, 0xB1)), neg_even));
-        __m512 r = _mm512_add_ps(_mm512_mul_ps(v, _mm512_loadu_ps(c + j)), _mm512_mul_ps(partner, _mm512_loadu_ps(s + j)));
-        _mm512_storeu_ps(y + j, r);
-    }
-    interleave_row_scalar(x, c, s, y, d, j);
-}
+#define SFX _avx512
+#define TGT __attribute__((target("avx512f")))
+#define W 16
+#define VT __m512
+#define VLOAD _mm512_loadu_ps
+#define VSTORE _mm512_storeu_ps
+#define VMUL _mm512_mul_ps
+#define VADD _mm512_add_ps
+#define VSUB _mm512_sub_ps
+#define VXOR(a, b) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+#define VSWAP_PAIRS(v) _mm512_permute_ps((v), 0xB1)
+#define VNEG_EVEN() _mm512_castsi512_ps(_mm512_set4_epi32(0, (int)0x80000000u, 0, (int)0x80000000u))
+#include "rope_kernel.inc"
 
-__attribute__((target("avx2"))) static void rope_row_avx2(int64_t mode, const float *x, const float *c,
-                                                         const float *s, float *y, int64_t d) {
-    int64_t j = 0;
-    if (mode == ROPE_HALF) {
-        int64_t h = d / 2;
-        for (; j + 8 <= h; j += 8) {
-            __m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
-            __m256 y0 = _mm256_sub_ps(_mm256_mul_ps(a, _mm256_loadu_ps(c + j)), _mm256_mul_ps(b, _mm256_loadu_ps(s + j)));
-            __m256 y1 = _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(c + j + h)),
-                                      _mm256_mul_ps(a, _mm256_loadu_ps(s + j + h)));
-            _mm256_storeu_ps(y + j, y0);
-            _mm256_storeu_ps(y + j + h, y1);
-        }
-        half_row_scalar(x, c, s, y, h, j);
-        return;
-    }
-    const __m256 neg_even = _mm256_castsi256_ps(_mm256_set_epi32(0, (int)0x80000000u, 0, (int)0x80000000u, 0,
-                                                                 (int)0x80000000u, 0, (int)0x80000000u));
-    for (; j + 8 <= d; j += 8) {
-        __m256 v = _mm256_loadu_ps(x + j);
-        __m256 partner = _mm256_xor_ps(_mm256_permute_ps(v, 0xB1), neg_even);
-        __m256 r = _mm256_add_ps(_mm256_mul_ps(v, _mm256_loadu_ps(c + j)), _mm256_mul_ps(partner, _mm256_loadu_ps(s + j)));
-        _mm256_storeu_ps(y + j, r);
-    }
-    interleave_row_scalar(x, c, s, y, d, j);
-}
+#define SFX _avx2
+#define TGT __attribute__((target("avx2")))
+#define W 8
+#define VT __m256
+#define VLOAD _mm256_loadu_ps
+#define VSTORE _mm256_storeu_ps
+#define VMUL _mm256_mul_ps
+#define VADD _mm256_add_ps
+#define VSUB _mm256_sub_ps
+#define VXOR _mm256_xor_ps
+#define VSWAP_PAIRS(v) _mm256_permute_ps((v), 0xB1)
+#define VNEG_EVEN() _mm256_castsi256_ps(_mm256_set_epi32(0, (int)0x80000000u, 0, (int)0x80000000u, 0, \
+                                                        (int)0x80000000u, 0, (int)0x80000000u))
+#include "rope_kernel.inc"
 #endif
 
 /* x, c, s and y rows of d floats; y may be x (each pair is read before it is written). Half mode
