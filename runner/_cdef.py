@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 6
+CLM_ABI_VERSION = 7
 
 CDEF = r"""
-#define CLM_ABI_VERSION 6
+#define CLM_ABI_VERSION 7
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -312,6 +312,10 @@ bool clm_device_caps_host_buffer(const clm_device *dev);
 clm_status clm_device_init_backend(clm_device *dev, clm_backend **out);
 clm_buffer_type *clm_device_buffer_type(clm_device *dev);
 clm_buffer_type *clm_device_host_buffer_type(clm_device *dev);
+
+bool clm_device_caps_buffer_from_host_ptr(const clm_device *dev);
+bool clm_device_maps_host_type(const clm_device *dev, int32_t type);
+clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
 bool clm_device_supports_op(clm_device *dev, const clm_tensor *op);
 bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft);
 bool clm_device_offload_op(clm_device *dev, const clm_tensor *op);

@@ -395,6 +395,30 @@ class Device:
         ptr = lib.clm_device_host_buffer_type(self._ptr)
         return None if ptr == ffi.NULL else BufferType(ptr)
 
+    caps_buffer_from_host_ptr = property(
+        lambda self: bool(lib.clm_device_caps_buffer_from_host_ptr(self._ptr)))
+
+    def maps_host_type(self, ttype: int) -> bool:
+        """Whether tensors of ttype can lie in a buffer_from_host_ptr buffer (kept as ggml keeps
+        them on this device)."""
+        return bool(lib.clm_device_maps_host_type(self._ptr, int(ttype)))
+
+    def buffer_from_host_ptr(self, memory, size: int | None = None) -> "Buffer":
+        """A buffer over `memory` (any object with the buffer protocol, e.g. an mmap, 4 KiB
+        aligned) that kernels read where it lies: where the device's memory is the host's
+        (caps_buffer_from_host_ptr). The buffer keeps `memory` exported until it is closed."""
+        view = ffi.from_buffer(memory)
+        n = len(view) if size is None else int(size)
+        if not 0 < n <= len(view):
+            raise CannError(Status.ERR_INVALID_ARG, f"buffer_from_host_ptr: size {n} of a "
+                            f"{len(view)}-byte object")
+        out = ffi.new("clm_buffer **")
+        check(lib.clm_device_buffer_from_host_ptr(self._ptr, view, n, out),
+              "clm_device_buffer_from_host_ptr")
+        buffer = Buffer(out[0])
+        buffer._memory = view
+        return buffer
+
     def supports_op(self, tensor: "Tensor") -> bool:
         return bool(lib.clm_device_supports_op(self._ptr, tensor.c))
 
@@ -426,6 +450,11 @@ class BufferType:
     max_size = property(lambda self: int(lib.clm_buft_max_size(self._ptr)))
     is_host = property(lambda self: bool(lib.clm_buft_is_host(self._ptr)))
 
+    @property
+    def device(self) -> "Device | None":
+        ptr = lib.clm_buft_device(self._ptr)
+        return None if ptr == ffi.NULL else Device(ptr)
+
     def alloc_buffer(self, size: int) -> "Buffer":
         out = ffi.new("clm_buffer **")
         check(lib.clm_buft_alloc_buffer(self._ptr, size, out), f"alloc_buffer({size})")
@@ -442,6 +471,11 @@ class BufferType:
         """An integer identity (the C pointer), as Tensor.buffer_type_id gives."""
         return int(ffi.cast("uintptr_t", self._ptr))
 
+    @classmethod
+    def from_id(cls, ident: int) -> "BufferType":
+        """The buffer type of an identity that `id` or Tensor.buffer_type_id gave."""
+        return cls(ffi.cast("clm_buffer_type *", ident))
+
     def __hash__(self):
         return self.id
 
@@ -450,6 +484,12 @@ class Buffer(_Owned):
     """A block of device (or host) memory that tensors are placed in."""
 
     _free = lib.clm_buffer_free
+    _memory = None      # buffer_from_host_ptr: the caller's memory, exported while the buffer lives
+    from_host_ptr = property(lambda self: self._memory is not None)
+
+    def close(self) -> None:
+        super().close()
+        self._memory = None
 
     def __init__(self, ptr):
         self._ptr = ptr

@@ -293,6 +293,11 @@ class GGUFFile:
             value, _ = read_string_array(self._mmap, value.offset, value.count)
         return value
 
+    @property
+    def map_memory(self) -> mmap.mmap:
+        """The whole file's read-only map (page aligned), for a device buffer over it."""
+        return self._mmap
+
     def release_pages(self, info: TensorInfo) -> None:
         """Drop this process's mapping of a tensor's pages (the file's cache keeps them; reading
         them again maps them again): once a tensor is on its device, its bytes in the map would

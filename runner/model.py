@@ -121,14 +121,16 @@ class NonFiniteLogitsError(RuntimeError):
 def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
          convert=None, verbose=False, log=None, check_weights=True,
          chat_template=None, type_k="f16", type_v="f16", n_cells=None,
-         tensor_parallel=1) -> "Model":
+         tensor_parallel=1, use_mmap=True) -> "Model":
     """Load a GGUF model (path None: the default model, fetched on first use); check_weights:
     refuse weights with NaN/inf values or scales (a corrupt file) at load; chat_template: a
     Jinja template source that replaces the GGUF's tokenizer.chat_template; type_k / type_v:
     the KV cache types, "f16" or "f32" (llama.cpp's -ctk / -ctv); n_ctx: one sequence's
     context; n_cells: the KV cells all sequences share (default n_ctx; a server holds several
     sequences); tensor_parallel N > 1: the model split over N ranks, Ray actors with one device
-    each (cann_llm.tp_model.TPModel; needs the `scale` extra)."""
+    each (cann_llm.tp_model.TPModel; needs the `scale` extra); use_mmap: where the device's
+    memory is the host's (acl_host), weights kept as the file holds them are read from its map
+    rather than copied (llama.cpp's --no-mmap is use_mmap=False)."""
     if path is None:
         from .model_store import default_model_path
         path = default_model_path(download=True)
@@ -142,7 +144,7 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
                  check_weights=check_weights, chat_template=chat_template, type_k=type_k,
-                 type_v=type_v, n_cells=n_cells)
+                 type_v=type_v, n_cells=n_cells, use_mmap=use_mmap)
 
 
 _ONE_ROW = np.zeros(1, dtype=np.int32)     # a one-token micro-batch's output row (read-only)
@@ -170,7 +172,7 @@ class Model:
     def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
                  flash_attn=True, convert=None, verbose=False, log=None, decline=(),
                  check_weights=True, chat_template=None, type_k="f16", type_v="f16",
-                 n_cells=None, shard=None):
+                 n_cells=None, shard=None, use_mmap=True):
         """shard: one tensor-parallel rank's part of the model (tensor_parallel.Shard): its
         heads, FFN columns and vocabulary rows on its one device, its graphs with collectives;
         driven by tensor_parallel.TPRank, not by decode()."""
@@ -181,13 +183,14 @@ class Model:
         gc.disable()
         try:
             self._load(path, device, n_ctx, n_threads, n_batch, flash_attn, convert, verbose, log,
-                       decline, check_weights, chat_template, type_k, type_v, n_cells, shard)
+                       decline, check_weights, chat_template, type_k, type_v, n_cells, shard,
+                       use_mmap)
         finally:
             if collecting:
                 gc.enable()
 
     def _load(self, path, device, n_ctx, n_threads, n_batch, flash_attn, convert, verbose, log,
-              decline, check_weights, chat_template, type_k, type_v, n_cells, shard):
+              decline, check_weights, chat_template, type_k, type_v, n_cells, shard, use_mmap):
         t0 = time.perf_counter()
         prof = profiler.from_env()          # CANN_LLM_PROFILE: its clock starts before the load
         load_start_us = prof.now_us() if prof is not None else 0.0
@@ -234,7 +237,8 @@ class Model:
             if shard is None:
                 self.weights = load_weights(self.gguf, buffer_type_for, convert=convert,
                                             log=self._log, check=check_weights,
-                                            threads=_pool_threads or n_threads)
+                                            threads=_pool_threads or n_threads,
+                                            use_mmap=use_mmap)
             else:
                 self.weights = shard.load_weights(self.gguf, out_buft, convert=convert,
                                                   log=self._log, check=check_weights)

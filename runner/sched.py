@@ -160,7 +160,12 @@ class Scheduler:
         buft = _buffer_buft(t)
         if buft is None:
             return None
-        return self._by_buft.get(buft, self.cpu)
+        slot = self._by_buft.get(buft)
+        if slot is None:    # another buffer type of a device (its mapped host memory), or none
+            slot = self._by_buft[buft] = next(
+                (i for i, s in enumerate(self.slots[:-1])
+                 if s.device.supports_buft(be.BufferType.from_id(buft))), self.cpu)
+        return slot
 
     def reserve(self, slot: int, size: int) -> None:
         """Grow slot's compute buffer to `size` bytes (plans placed in the old one become stale)."""

@@ -16,6 +16,11 @@ rest to Q8_0. The
 `convert` argument instead converts every weight matrix (2-D or more) to the given type;
 1-D tensors (norms, biases) always stay as they are.
 
+Where the device's memory is the host's (acl_host) and use_mmap is on, tensors the device keeps
+as ggml keeps them (F32, F16, BF16) with no conversion stay in the file's map: one buffer over the
+whole map (Device.buffer_from_host_ptr, aclrtHostRegister) holds them at their file offsets, so
+they are checked but never copied, and their pages are the file's cache (llama.cpp's mmap).
+
 Each chunk is checked for non-finite values (F32/F16/BF16 elements, quantized blocks' scales and
 mins: backend.find_nonfinite) while it is in cache on its way up, so a corrupt file is a GGUFError
 naming the tensor and the first bad block rather than NaN logits later (check=False skips it).
@@ -39,6 +44,7 @@ __all__ = ["WeightStore", "load_weights", "target_type", "parse_type", "CONVERT_
 T = GGMLQuantizationType
 CONVERT_TARGETS = (T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1)
 CHUNK_BYTES = 4 << 20
+_MAP_ALIGNMENT = 32     # the mapped buffer type's placement rule (GGUF's default alignment)
 
 
 def parse_type(value) -> int:
@@ -96,7 +102,9 @@ class WeightStore:
 
     @property
     def nbytes(self) -> int:
-        return sum(b.size for b in self.buffers if not b.closed)
+        """Bytes of the weights in device memory, and of those left in the file's map."""
+        mapped = self.stats.get("bytes_mapped", 0)
+        return sum(b.size for b in self.buffers if not b.closed and not b.from_host_ptr) + mapped
 
     def close(self) -> None:
         self.tensors = {}
@@ -112,16 +120,41 @@ class WeightStore:
         self.close()
 
 
-def _place(ctx, gguf: GGUFFile, buffer_type_for, convert):
-    """Create the tensors, group them by buffer type and allocate the buffers."""
-    tensors, groups = {}, {}
+def _map_device(gguf: GGUFFile, buffer_type_for, use_mmap: bool):
+    """The device whose buffer over the file's map can hold weights, or None: every tensor on
+    one device buffer type whose device reads host memory where it lies."""
+    if not use_mmap or not gguf.tensors:
+        return None
+    bufts = {buffer_type_for(name) for name in gguf.tensors}
+    if len(bufts) != 1:
+        return None
+    buft = bufts.pop()
+    device = buft.device
+    return device if device is not None and not buft.is_host and \
+        device.caps_buffer_from_host_ptr else None
+
+
+def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True):
+    """Create the tensors, group them by buffer type and allocate the buffers; tensors that can
+    stay in the file's map are placed there. Returns (tensors, buffers, names of mapped tensors)."""
+    tensors, groups, mapped = {}, {}, set()
+    device = _map_device(gguf, buffer_type_for, use_mmap)
+    map_buffer = None
     for name, info in gguf.tensors.items():
         dst = target_type(info, convert)
         tensor = ctx.new_tensor(dst, info.ne, name)
         tensors[name] = tensor
+        if device is not None and dst == info.type and device.maps_host_type(dst) and \
+                info.offset % _MAP_ALIGNMENT == 0:
+            if map_buffer is None:
+                map_buffer = device.buffer_from_host_ptr(gguf.map_memory)
+                map_buffer.usage = backend.BufferUsage.WEIGHTS
+            tensor.alloc(map_buffer, info.offset)
+            mapped.add(name)
+            continue
         buft = buffer_type_for(name)
         groups.setdefault(buft, []).append(tensor)
-    buffers = []
+    buffers = [map_buffer] if map_buffer is not None else []
     for buft, members in groups.items():
         try:
             buffers += backend.alloc_tensors(members, buft, max_size=buft.max_size,
@@ -129,9 +162,11 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert):
         except backend.CannError as exc:
             total = max(t for _, t in backend.layout_tensors(members, buft,
                                                              max_size=buft.max_size))
+            for buffer in buffers:
+                buffer.close()
             raise backend.CannError(exc.status, f"cannot allocate {total / 2**20:.1f} MiB of "
                                     f"weights in {buft.name}: {exc.message}") from None
-    return tensors, buffers
+    return tensors, buffers, mapped
 
 
 def _check_finite(info: TensorInfo, chunk, first_row: int, n_rows: int) -> None:
@@ -161,10 +196,11 @@ def _value(ttype: int, chunk, i: int) -> str:
 
 
 def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: bool = True,
-            release: Callable[[int, int], None] | None = None) -> int:
+            release: Callable[[int, int], None] | None = None, mapped: bool = False) -> int:
     """Stream info.data (ggml bytes in the map) into tensor, converting when the types differ,
     checking each chunk for non-finite values first (check); release(start, end) is called with
-    each chunk's file range once it is up. Returns the source bytes read."""
+    each chunk's file range once it is up. mapped: the tensor lies in the map, only checked.
+    Returns the source bytes read."""
     src_block, src_size = GGML_QUANT_SIZES[T(info.type)]
     dst_type = int(tensor.type)
     dst_block, dst_size = GGML_QUANT_SIZES[T(dst_type)]
@@ -179,6 +215,8 @@ def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: b
             chunk = data[r * src_row:(r + n) * src_row]
             if check:
                 _check_finite(info, chunk, r, n)
+            if mapped:          # the tensor lies in the map itself: checked, nothing to copy
+                continue
             tensor.write_bytes(chunk, r * src_row)
             if release is not None:
                 release(info.offset + r * src_row, info.offset + (r + n) * src_row)
@@ -198,16 +236,18 @@ def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: b
 
 
 def _upload_one(gguf: GGUFFile, tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int,
-                check: bool) -> tuple[int, float]:
+                check: bool, mapped: bool = False) -> tuple[int, float]:
     """One tensor's upload (on a loader thread): (bytes read, seconds); its pages of the map are
-    released chunk by chunk as they go up (and all of them on an error). Errors name the file
-    and the tensor."""
+    released chunk by chunk as they go up (and all of them on an error), unless the tensor lies
+    in the map (mapped). Errors name the file and the tensor."""
     t1 = time.perf_counter()
     try:
         try:
-            n = _upload(tensor, info, chunk_bytes, check, gguf.release_range)
+            n = _upload(tensor, info, chunk_bytes, check,
+                        None if mapped else gguf.release_range, mapped)
         except BaseException:
-            gguf.release_pages(info)
+            if not mapped:
+                gguf.release_pages(info)
             raise
     except GGUFError as exc:
         raise GGUFError(f"{gguf.path}: {exc}") from None
@@ -220,17 +260,18 @@ def _upload_one(gguf: GGUFFile, tensor: backend.Tensor, info: TensorInfo, chunk_
 def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.BufferType],
                  convert: int | str | None = None, log=print,
                  chunk_bytes: int = CHUNK_BYTES, check: bool = True,
-                 threads: int | None = None) -> WeightStore:
+                 threads: int | None = None, use_mmap: bool = True) -> WeightStore:
     """Place and upload every tensor of `gguf` (see the module docstring); check: refuse
-    non-finite weights. `threads` (default: the cores, at most 8) upload, check and convert
-    tensors side by side (the C work runs without the GIL); a failure is reported for the first
-    failing tensor in file order, as a single thread would."""
+    non-finite weights; use_mmap: leave the tensors that can stay in the file's map there.
+    `threads` (default: the cores, at most 8) upload, check and convert tensors side by side
+    (the C work runs without the GIL); a failure is reported for the first failing tensor in
+    file order, as a single thread would."""
     if convert is not None:
         convert = parse_type(convert)
     t0 = time.perf_counter()
     ctx = backend.Context(max_tensors=len(gguf.tensors) + 8)
     try:
-        tensors, buffers = _place(ctx, gguf, buffer_type_for, convert)
+        tensors, buffers, mapped = _place(ctx, gguf, buffer_type_for, convert, use_mmap)
     except BaseException:
         ctx.close()
         raise
@@ -240,12 +281,14 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
     items = list(gguf.tensors.items())
     try:
         if threads == 1:
-            outcome = [((name, info), _upload_one(gguf, tensors[name], info, chunk_bytes, check))
+            outcome = [((name, info), _upload_one(gguf, tensors[name], info, chunk_bytes, check,
+                                                  name in mapped))
                        for name, info in items]
         else:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(threads, thread_name_prefix="cann-llm-load") as pool:
-                futures = [pool.submit(_upload_one, gguf, tensors[name], info, chunk_bytes, check)
+                futures = [pool.submit(_upload_one, gguf, tensors[name], info, chunk_bytes, check,
+                                       name in mapped)
                            for name, info in items]
                 try:
                     outcome = [(item, f.result()) for item, f in zip(items, futures)]
@@ -268,7 +311,8 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
         log(f"cann-llm: converted {sum(converted.values())} tensors at load ({what}) "
             f"in {convert_s:.2f} s")
     store.stats = {"bytes_read": bytes_read, "bytes_device": store.nbytes, "seconds": seconds,
-                   "converted": dict(converted)}
+                   "converted": dict(converted),
+                   "bytes_mapped": sum(tensors[name].nbytes for name in mapped)}
     return store
 
 

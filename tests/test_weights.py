@@ -26,7 +26,9 @@ def test_default_model_round_trip(mods, device, default_model_path):
         assert logs == []      # nothing to convert
         assert len(ws.tensors) == 272
         assert all(b.usage == backend.BufferUsage.WEIGHTS for b in ws.buffers)
-        assert len(ws.buffers) == 1
+        # the Q4_1 matrices are re-laid in one device buffer; on acl_host the F32 norms stay in
+        # the file's map (test_weights_left_in_the_map)
+        assert sum(not b.from_host_ptr for b in ws.buffers) == 1
         for name in ("token_embd.weight", "blk.0.attn_q.weight", "blk.29.ffn_down.weight",
                      "output_norm.weight"):
             t, info = ws[name], g.tensors[name]
@@ -56,6 +58,70 @@ def test_pages_released_chunk_by_chunk(mods, device, default_model_path):
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
         assert np.array_equal(t.read_bytes(), info.data)
         buf.close()
+
+
+def test_weights_left_in_the_map(mods, device, tmp_path):
+    """Where the device reads host memory (acl_host), F32/F16/BF16 weights stay in the file's
+    map at their file offsets: checked, never copied, read back bit for bit, refused as a write
+    destination; Q8_0 and converted tensors are copied; use_mmap=False copies everything."""
+    backend, loader, weights = mods
+    if not device.caps_buffer_from_host_ptr:
+        pytest.skip("the device's memory is not the host's")
+    types = {"blk.0.attn_q.weight": QT.Q8_0, "blk.1.ffn_up.weight": QT.Q5_0}
+    path = write_tiny_model(tmp_path / "m.gguf", n_embd=64, weight_type=QT.F16, types=types)
+    g = loader.open_gguf(path)
+    buft = device.buffer_type
+    with weights.load_weights(g, lambda n: buft, log=None) as ws:
+        (mapped,) = [b for b in ws.buffers if b.from_host_ptr]
+        assert mapped.buffer_type.name == f"{device.name}_Mapped"
+        assert mapped.usage == backend.BufferUsage.WEIGHTS
+        base = np.frombuffer(g.map_memory, dtype=np.uint8).ctypes.data
+        in_map = set()
+        for name, info in g.tensors.items():
+            t = ws[name]
+            if t.data == base + info.offset:
+                in_map.add(name)
+            assert np.array_equal(_read_back(t), info.data) or name in types, name
+        expect = {n for n, i in g.tensors.items() if i.type in (QT.F32, QT.F16)}
+        assert in_map == expect and types.keys().isdisjoint(in_map)
+        assert ws.stats["bytes_mapped"] == sum(g.tensors[n].nbytes for n in expect)
+        assert ws.nbytes < mapped.size + ws.stats["bytes_mapped"]   # the map is not device memory
+        name = "blk.0.attn_k.weight"
+        with pytest.raises(backend.CannError, match="mapped for the device"):
+            ws[name].write_bytes(g.tensors[name].data)
+        with pytest.raises(backend.CannError, match="mapped"):
+            mapped.clear(0)
+    with weights.load_weights(g, lambda n: buft, log=None, use_mmap=False) as ws:
+        assert not any(b.from_host_ptr for b in ws.buffers) and ws.stats["bytes_mapped"] == 0
+        for name, info in g.tensors.items():
+            if name not in types:
+                assert np.array_equal(_read_back(ws[name]), info.data), name
+
+
+def test_mapped_weights_refuse_relaid_types(mods, device):
+    """A type the device keeps in its own layout cannot lie in host memory mapped for it."""
+    backend, loader, weights = mods
+    if not device.caps_buffer_from_host_ptr:
+        pytest.skip("the device's memory is not the host's")
+    import mmap
+    memory = mmap.mmap(-1, 1 << 16)
+    assert not device.maps_host_type(QT.Q8_0) and device.maps_host_type(QT.F16)
+    buf = device.buffer_from_host_ptr(memory)
+    with backend.Context(max_tensors=2) as ctx:
+        q = ctx.new_tensor(QT.Q8_0, [64, 4], "q")
+        with pytest.raises(backend.CannError, match="own layout"):
+            q.alloc(buf, 0)
+        f = ctx.new_tensor(QT.F16, [64, 4], "f")
+        with pytest.raises(backend.CannError, match="not a multiple"):
+            f.alloc(buf, 16)
+        f.alloc(buf, 64)
+        memory[64:66] = np.float16(1.5).tobytes()
+        assert f.read_bytes()[:2].tobytes() == np.float16(1.5).tobytes()
+    buft = buf.buffer_type
+    buf.close()
+    memory.close()      # the buffer no longer exports the memory
+    with pytest.raises(backend.CannError, match="not allocated"):
+        buft.alloc_buffer(4096)     # its buffers wrap host memory
 
 
 def test_layer_split(mods, device, tmp_path):
@@ -142,3 +208,18 @@ def test_bad_convert_target(mods, device, tmp_path):
         weights.load_weights(g, lambda n: device.buffer_type, convert="Q6_K")
     with pytest.raises(ValueError, match="unknown type 'q9'"):
         weights.load_weights(g, lambda n: device.buffer_type, convert="q9")
+
+
+def test_mapped_model_matches_copied(mods, device, tmp_path):
+    """A model whose F16 weights are read from the file's map computes the same logits, bit for
+    bit, as one whose weights were copied (the same kernels on the same bytes)."""
+    import cann_llm
+    path = write_tiny_model(tmp_path / "m.gguf", n_embd=64, weight_type=QT.F16, seed=5)
+    ids = list(range(1, 40))
+    out = {}
+    for use_mmap in (True, False):
+        with cann_llm.load(str(path), n_ctx=64, use_mmap=use_mmap) as m:
+            out[use_mmap] = m.logits(ids)
+            mapped = m.weights.stats["bytes_mapped"]
+            assert (mapped > 0) == (use_mmap and device.caps_buffer_from_host_ptr)
+    assert np.array_equal(out[True], out[False])

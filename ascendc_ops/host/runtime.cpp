@@ -257,7 +257,7 @@ uint32_t Launch(const char *name, uint32_t block_dim, aclrtStream stream, const 
         int arg_device = -1;
         rc = ah_mem_classify_named(args[i].ptr, 1, what, &kind, &arg_device);
         if (rc != ACL_SUCCESS) return rc;
-        if (kind != AH_MEM_DEVICE)
+        if (kind != AH_MEM_DEVICE && kind != AH_MEM_REGISTERED)   /* registered: the device's view of host memory */
             return ah_error(ACL_ERROR_INVALID_PARAM, "%s (%p) is not device memory", what, args[i].ptr);
         if (arg_device != device && !ah_rt_peer_enabled(arg_device, device))
             return ah_error(ACL_ERROR_INVALID_PARAM, "%s is memory of device %d, the stream is on device %d (no peer access)",

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 6
+#define CLM_ABI_VERSION 7
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -398,6 +398,14 @@ bool clm_device_caps_host_buffer(const clm_device *dev);
 clm_status clm_device_init_backend(clm_device *dev, clm_backend **out);
 clm_buffer_type *clm_device_buffer_type(clm_device *dev);
 clm_buffer_type *clm_device_host_buffer_type(clm_device *dev);  /* NULL if none */
+/* Buffers over host memory the caller owns (ggml's buffer_from_host_ptr): only where the
+ * device's memory is the host's (acl_host), through aclrtHostRegister. Tensors are placed in them
+ * with clm_tensor_alloc and read by kernels where they lie, never written through the backend;
+ * types the device keeps in another layout (Q8_0, Q4_0, Q4_1) cannot be placed there. ptr must be
+ * 4 KiB aligned; the memory must outlive the buffer. */
+bool clm_device_caps_buffer_from_host_ptr(const clm_device *dev);
+bool clm_device_maps_host_type(const clm_device *dev, int32_t type);   /* placeable in such buffers */
+clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
 bool clm_device_supports_op(clm_device *dev, const clm_tensor *op);
 bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft);
 bool clm_device_offload_op(clm_device *dev, const clm_tensor *op);

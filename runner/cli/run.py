@@ -56,6 +56,9 @@ def add_model_arguments(p: argparse.ArgumentParser, ctx_default: int = 4096,
                    help="convert weights the device cannot hold to TYPE at load (Q8_0, Q4_1, ...)")
     p.add_argument("--no-check", action="store_true",
                    help="skip the load-time check that weights hold no NaN/inf (a corrupt file)")
+    p.add_argument("--no-mmap", action="store_true",
+                   help="copy every weight into device memory, even where the device could read "
+                        "it from the file's map (acl_host: F32/F16/BF16 weights)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print load details, graph splits and compute buffer sizes")
     p.add_argument("--profile", default=None, metavar="FILE",
@@ -103,6 +106,8 @@ def load_model(args, path: str):
                   flash_attn=args.flash_attn == "on",
                   convert=args.convert, verbose=args.verbose, check_weights=not args.no_check,
                   log=_log, tensor_parallel=args.tensor_parallel)
+    if args.no_mmap:
+        kwargs["use_mmap"] = False
     load = getattr(cann_llm, "load", None)
     if load is None:                      # before __init__ re-exports it
         from ..model import load

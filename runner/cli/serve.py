@@ -119,7 +119,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         load_kwargs=dict(flash_attn=args.flash_attn == "on", type_k=args.cache_type_k,
                          type_v=args.cache_type_v, convert=args.convert,
                          check_weights=not args.no_check, verbose=args.verbose, log=_log,
-                         tensor_parallel=args.tensor_parallel))
+                         tensor_parallel=args.tensor_parallel,
+                         **({"use_mmap": False} if args.no_mmap else {})))
     if args.replicas is not None:
         return _serve_replicas(args, config, device)
     server = None

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "acl/acl.h"
@@ -686,6 +687,65 @@ static void bench(void) {
     aclrtFree(a); aclrtFree(b); aclrtFree(o);
 }
 
+static bool message_mentions(const char *needle) {
+    const char *msg = aclGetRecentErrMsg();
+    bool ok = msg && strstr(msg, needle);
+    if (!ok) fprintf(stderr, "  recent message '%s' lacks '%s'\n", msg ? msg : "(null)", needle);
+    return ok;
+}
+
+/* aclrtHostRegister: a read-only host mapping becomes a kernel operand without a copy; its
+ * device address is refused by copies and memsets; the rules of acl_rt.h are enforced. */
+static void test_host_register(void) {
+    size_t page = 4096;
+    float *host = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(host != MAP_FAILED);
+    for (int i = 0; i < 8; i++) host[i] = (float)(i + 1);
+    CHECK(mprotect(host, 2 * page, PROT_READ) == 0);   /* as weights mapped from a file */
+    void *dev = NULL, *again = NULL;
+    CHECK(aclrtHostRegister((char *)host + 64, page, ACL_HOST_REGISTER_MAPPED, &dev) == ACL_ERROR_INVALID_PARAM);
+    CHECK(dev == NULL);
+    CHECK(aclrtHostRegister(host, 0, ACL_HOST_REGISTER_MAPPED, &dev) == ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtHostRegister(host, page, (aclrtHostRegisterType)1, &dev) == ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtHostRegister(host, page, ACL_HOST_REGISTER_MAPPED, NULL) == ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtHostRegister(host, 2 * page, ACL_HOST_REGISTER_MAPPED, &dev) == ACL_SUCCESS && dev != NULL);
+    CHECK(aclrtHostRegister((char *)host + page, page, ACL_HOST_REGISTER_MAPPED, &again) == ACL_ERROR_INVALID_PARAM);
+
+    /* a kernel reads it: out = x + 2 * x */
+    float out[8];
+    void *dout = dev_alloc(sizeof out);
+    int64_t d8[] = {8};
+    aclTensor *tx = acl_view(d8, 1, ACL_FLOAT, NULL, 0, dev), *to = acl_view(d8, 1, ACL_FLOAT, NULL, 0, dout);
+    float two = 2.0f;
+    aclScalar *alpha = aclCreateScalar(&two, ACL_FLOAT);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    CHECK(launch(aclnnAddGetWorkspaceSize(tx, tx, alpha, to, &ws, &ex), aclnnAdd, &ws, &ex) == 0);
+    to_host(out, dout, sizeof out);
+    for (int i = 0; i < 8; i++) CHECK(out[i] == 3.0f * (float)(i + 1));
+    /* a view running past the registered range is refused like any device operand */
+    aclTensor *past = acl_view(d8, 1, ACL_FLOAT, NULL, 0, (char *)dev + 2 * page - 16);
+    CHECK(launch(aclnnAddGetWorkspaceSize(past, past, alpha, to, &ws, &ex), aclnnAdd, &ws, &ex) != 0);
+
+    /* no copies or memsets through the mapped address */
+    CHECK(aclrtMemcpy(out, sizeof out, dev, sizeof out, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_ERROR_INVALID_PARAM);
+    CHECK(message_mentions("aclrtHostRegister"));
+    CHECK(aclrtMemcpy(dout, sizeof out, dev, sizeof out, ACL_MEMCPY_DEVICE_TO_DEVICE) == ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtMemset(dev, 64, 0, 64) == ACL_ERROR_INVALID_PARAM);
+    /* released by its own call only, once */
+    CHECK(aclrtFree(dev) == ACL_ERROR_INVALID_PARAM);
+    CHECK(message_mentions("aclrtHostUnregister"));
+    CHECK(aclrtHostUnregister(dout) == ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtSynchronizeStream(stream) == ACL_SUCCESS);
+    CHECK(aclrtHostUnregister(host) == ACL_SUCCESS);
+    CHECK(aclrtHostUnregister(host) == ACL_ERROR_INVALID_PARAM);
+    CHECK(host[7] == 8.0f);                  /* the pages stay the caller's */
+    CHECK(launch(aclnnAddGetWorkspaceSize(tx, tx, alpha, to, &ws, &ex), aclnnAdd, &ws, &ex) != 0); /* no longer device memory */
+    aclDestroyTensor(tx); aclDestroyTensor(to); aclDestroyTensor(past); aclDestroyScalar(alpha);
+    aclrtFree(dout);
+    munmap(host, 2 * page);
+}
+
 int main(void) {
     CHECK(aclInit(NULL) == ACL_SUCCESS);
     CHECK(aclrtSetDevice(0) == ACL_SUCCESS);
@@ -700,6 +760,7 @@ int main(void) {
     test_inplace_copy();
     test_errors();
     test_repeatable_and_descriptors();
+    test_host_register();
     if (getenv("CT_BENCH"))
         bench();
     CHECK(aclrtDestroyStream(stream) == ACL_SUCCESS);

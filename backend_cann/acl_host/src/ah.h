@@ -40,7 +40,9 @@ typedef struct ah_range {
 typedef enum ah_mem_kind {
     AH_MEM_NONE = 0,       /* not an acl allocation: ordinary host memory */
     AH_MEM_DEVICE = 1,     /* aclrtMalloc (or a mapped VMM range) */
-    AH_MEM_HOST_PINNED = 2 /* aclrtMallocHost */
+    AH_MEM_HOST_PINNED = 2, /* aclrtMallocHost */
+    AH_MEM_REGISTERED = 3   /* host memory mapped for the device by aclrtHostRegister: kernel
+                               operands only, never a copy or memset address */
 } ah_mem_kind;
 
 /* Where [ptr, ptr + size) lives. For device memory *device gets the device id. A range that starts

@@ -27,8 +27,22 @@ static const char *const k_kind_names[] = {
 
 static const char *where(ah_mem_kind kind)
 {
-    return kind == AH_MEM_DEVICE ? "device memory"
-           : kind == AH_MEM_HOST_PINNED ? "pinned host memory" : "host memory";
+    return kind == AH_MEM_DEVICE        ? "device memory"
+           : kind == AH_MEM_HOST_PINNED ? "pinned host memory"
+           : kind == AH_MEM_REGISTERED  ? "host memory mapped by aclrtHostRegister"
+                                        : "host memory";
+}
+
+/* acl_rt.h: the device address aclrtHostRegister returns cannot be used for memory operations
+ * such as copies (the host address is read and written directly instead). */
+static aclError refuse_registered(const char *api, const char *side, const void *p, ah_mem_kind kind)
+{
+    if (kind != AH_MEM_REGISTERED)
+        return ACL_SUCCESS;
+    return ah_error(ACL_ERROR_INVALID_PARAM,
+                    "%s: %s %p lies in a range mapped by aclrtHostRegister, whose device address "
+                    "cannot be used for memory operations; use the host address directly", api,
+                    side, p);
 }
 
 typedef struct copy_sides {
@@ -54,6 +68,10 @@ static aclError check_copy(const char *api, void *dst, size_t destMax, const voi
         return rc;
     snprintf(what, sizeof what, "%s: source", api);
     rc = ah_mem_classify_named(src, count, what, &sides->src_kind, &sides->src_device);
+    if (rc == ACL_SUCCESS)
+        rc = refuse_registered(api, "destination", dst, sides->dst_kind);
+    if (rc == ACL_SUCCESS)
+        rc = refuse_registered(api, "source", src, sides->src_kind);
     if (rc != ACL_SUCCESS)
         return rc;
 
@@ -195,6 +213,8 @@ static aclError check_memset(const char *api, void *devPtr, size_t maxCount, siz
     ah_mem_kind kind = AH_MEM_NONE;
     int device = -1;
     aclError rc = ah_mem_classify_named(devPtr, count, api, &kind, &device);
+    if (rc == ACL_SUCCESS)
+        rc = refuse_registered(api, "devPtr", devPtr, kind);
     if (rc == ACL_SUCCESS && kind == AH_MEM_NONE) /* the device check explains why not */
         rc = ah_mem_check_device(devPtr, count, api);
     return rc;

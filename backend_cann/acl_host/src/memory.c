@@ -16,6 +16,12 @@
  * range check (use after free), and the block is unmapped once every task queued before
  * the free has finished. The capacity is credited back at once, as on the device.
  *
+ * aclrtHostRegister maps a range of the caller's host memory for the device: it is registered
+ * here as its own kind, which kernels accept as device memory (on the host the device's address
+ * is the host's) but copies and memsets refuse, as the CANN docs say of the mapped address. Its
+ * pages stay the caller's: unregistering never unmaps or frees them, and nothing is charged to
+ * the device's capacity.
+ *
  * VMM mappings (vmm.c) are registered here as device blocks tagged with their reservation: a
  * range may run from one mapping into the next when both are contiguous in one reservation,
  * as on the hardware, where the pool hands out blocks that cross chunk boundaries. Unmapping
@@ -147,6 +153,8 @@ static void *raw_alloc(size_t span, bool *mapped, bool huge)
 
 static void raw_free(const block *b)
 {
+    if (b->kind == AH_MEM_REGISTERED) /* the caller's memory */
+        return;
     if (b->vmm_res && !b->vmm_orphan) /* back to reserved-but-unmapped */
         mmap((void *)b->base, b->span, PROT_NONE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
@@ -158,7 +166,17 @@ static void raw_free(const block *b)
 
 static const char *kind_name(ah_mem_kind kind)
 {
-    return kind == AH_MEM_DEVICE ? "device allocation" : "aclrtMallocHost block";
+    return kind == AH_MEM_DEVICE       ? "device allocation"
+           : kind == AH_MEM_REGISTERED ? "aclrtHostRegister range"
+                                       : "aclrtMallocHost block";
+}
+
+static const char *release_api(const block *b)
+{
+    return b->vmm_res                   ? "aclrtUnmapMem"
+           : b->kind == AH_MEM_DEVICE     ? "aclrtFree"
+           : b->kind == AH_MEM_REGISTERED ? "aclrtHostUnregister"
+                                          : "aclrtFreeHost";
 }
 
 static const char *block_name(const block *b)
@@ -311,7 +329,7 @@ aclError ah_mem_check_device(const void *ptr, size_t size, const char *what)
     pthread_rwlock_rdlock(&g_mem_lock);
     aclError rc = classify_locked(what, (uintptr_t)ptr, size, &kind, &device);
     pthread_rwlock_unlock(&g_mem_lock);
-    if (rc == ACL_SUCCESS && kind != AH_MEM_DEVICE) {
+    if (rc == ACL_SUCCESS && kind != AH_MEM_DEVICE && kind != AH_MEM_REGISTERED) {
         char why[256] = "an aclrtMallocHost block";
         if (kind == AH_MEM_NONE)
             describe_non_device(ptr, why, sizeof why);
@@ -511,8 +529,7 @@ static aclError release(const char *api, void *ptr, ah_mem_kind kind, bool vmm)
                       kind_name(b->kind), ptr, b->size);
     else if (b->kind != kind || (b->vmm_res != 0) != vmm)
         rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: %p is a %s; release it with %s", api, ptr,
-                      block_name(b), b->vmm_res ? "aclrtUnmapMem"
-                                     : b->kind == AH_MEM_DEVICE ? "aclrtFree" : "aclrtFreeHost");
+                      block_name(b), release_api(b));
     else {
         ring_push(b);
         if (b->kind == AH_MEM_DEVICE)
@@ -542,6 +559,57 @@ AH_API aclError aclrtFree(void *devPtr)
 AH_API aclError aclrtFreeHost(void *hostPtr)
 {
     return release("aclrtFreeHost", hostPtr, AH_MEM_HOST_PINNED, false);
+}
+
+/* ---- host memory mapped for the device ------------------------------------------------------ */
+
+/* acl_rt.h (8.1.RC1): ptr must be 4 KiB aligned, only ACL_HOST_REGISTER_MAPPED exists, and the
+ * returned device address "cannot be used for memory operations such as memory copy". A range
+ * may not overlap any other acl allocation or registration. */
+AH_API aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type,
+                                  void **devPtr)
+{
+    const char *api = "aclrtHostRegister";
+    int device = 0;
+    aclError rc = ah_rt_require_device(api, &device);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    if (!devPtr || !ptr)
+        return ah_error(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", api, ptr ? "devPtr" : "ptr");
+    *devPtr = NULL;
+    if (type != ACL_HOST_REGISTER_MAPPED)
+        return ah_error(ACL_ERROR_INVALID_PARAM, "%s: type %d is not ACL_HOST_REGISTER_MAPPED", api,
+                        (int)type);
+    if ((uintptr_t)ptr % 4096)
+        return ah_error(ACL_ERROR_INVALID_PARAM, "%s: ptr %p is not 4 KiB page aligned", api, ptr);
+    if (size == 0 || size > UINTPTR_MAX - (uintptr_t)ptr)
+        return ah_error(ACL_ERROR_INVALID_PARAM, "%s: size %" PRIu64 " is %s", api, size,
+                        size ? "past the end of the address space" : "0");
+    if ((rc = ah_capture_check_unsafe(api, device)) != ACL_SUCCESS)
+        return rc;
+    uintptr_t p = (uintptr_t)ptr;
+    block b = {.base = p, .size = (size_t)size, .span = (size_t)size, .device = device,
+               .kind = AH_MEM_REGISTERED};
+    pthread_rwlock_wrlock(&g_mem_lock);
+    size_t next = 0;
+    long i = find_block(p, &next);
+    const block *clash = i >= 0 ? &g_blocks[i]
+                         : next < g_n_blocks && g_blocks[next].base < p + size ? &g_blocks[next]
+                                                                               : NULL;
+    if (clash)
+        rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: [%p, +%" PRIu64 ") overlaps %s %p (size %zu)",
+                      api, ptr, size, block_name(clash), (void *)clash->base, clash->size);
+    else if (!insert_block(&b))
+        rc = ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
+    pthread_rwlock_unlock(&g_mem_lock);
+    if (rc == ACL_SUCCESS)
+        *devPtr = ptr; /* the device's view of host memory is the host's address */
+    return rc;
+}
+
+AH_API aclError aclrtHostUnregister(void *ptr)
+{
+    return release("aclrtHostUnregister", ptr, AH_MEM_REGISTERED, false);
 }
 
 /* ---- VMM mappings (vmm.c) ---------------------------------------------------------------------- */

@@ -1,7 +1,9 @@
-/* cann_buffer.c - the CANN device buffer type ("CANN<i>", aclrtMalloc) and the pinned host buffer
- * type ("CANN_Host", aclrtMallocHost), with their buffers. Q8_0 / Q4_0 / Q4_1 tensors are stored
+/* cann_buffer.c - the CANN device buffer type ("CANN<i>", aclrtMalloc), the pinned host buffer
+ * type ("CANN_Host", aclrtMallocHost) and buffers over host memory mapped for the device
+ * ("CANN<i>_Mapped", aclrtHostRegister), with their buffers. Q8_0 / Q4_0 / Q4_1 tensors are stored
  * in the device layout of quant_layout.h: set/get/memset convert whole blocks on the way, in
  * chunks through a bounded host staging buffer. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -356,12 +358,127 @@ static clm_status host_buft_alloc(clm_buffer_type *buft, size_t size, clm_buffer
     return st;
 }
 
+/* ---- host memory mapped for the device ----------------------------------------------------- */
+/* The caller's memory (a model file's map) registered with aclrtHostRegister: kernels read the
+ * tensors where they lie. The mapped address may not be used for copies (acl_rt.h), so reads go
+ * through the host address and writes are refused: nothing writes weights. */
+typedef struct cann_mapped_ctx {
+    int device;
+    char *host;      /* the caller's address */
+    char *dev_ptr;   /* what aclrtHostRegister returned */
+} cann_mapped_ctx;
+
+bool cann_type_keeps_ggml_layout(int32_t type) { return cann_qlayout_get(type) == NULL; }
+
+static void mapped_buffer_free(clm_buffer *buffer) {
+    cann_mapped_ctx *ctx = buffer->context;
+    if (cann_set_device(ctx->device) == CLM_OK) aclrtHostUnregister(ctx->host);
+    free(ctx);
+}
+
+static void *mapped_buffer_base(clm_buffer *buffer) { return ((cann_mapped_ctx *)buffer->context)->dev_ptr; }
+
+static clm_status mapped_buffer_init_tensor(clm_buffer *buffer, clm_tensor *tensor) {
+    const clm_tensor *base = tensor->view_src ? tensor->view_src : tensor;
+    CLM_CHECK_ARG(cann_type_keeps_ggml_layout(base->type), "'%s' (%s) cannot lie in %s: the device keeps %s "
+                  "in its own layout; copy it into a device buffer", tensor->name, clm_type_name(base->type),
+                  clm_buft_name(buffer->buft), clm_type_name(base->type));
+    return CLM_OK;
+}
+
+static clm_status mapped_buffer_read_only(clm_buffer *buffer, const clm_tensor *tensor, const char *what) {
+    return clm_error(CLM_ERR_UNSUPPORTED, "%s of '%s': %s is host memory mapped for the device, read "
+                     "where it lies and never written through the backend", what, tensor->name,
+                     clm_buft_name(buffer->buft));
+}
+
+static clm_status mapped_buffer_set_tensor(clm_buffer *buffer, clm_tensor *tensor, const void *data,
+                                           size_t offset, size_t size) {
+    (void)data, (void)offset, (void)size;
+    return mapped_buffer_read_only(buffer, tensor, "set_tensor");
+}
+
+static clm_status mapped_buffer_memset_tensor(clm_buffer *buffer, clm_tensor *tensor, uint8_t value,
+                                              size_t offset, size_t size) {
+    (void)value, (void)offset, (void)size;
+    return mapped_buffer_read_only(buffer, tensor, "memset_tensor");
+}
+
+static clm_status mapped_buffer_get_tensor(clm_buffer *buffer, const clm_tensor *tensor, void *data,
+                                           size_t offset, size_t size) {
+    const cann_mapped_ctx *ctx = buffer->context;
+    memcpy(data, ctx->host + ((const char *)tensor->data - ctx->dev_ptr) + offset, size);
+    return CLM_OK;
+}
+
+static clm_status mapped_buffer_clear(clm_buffer *buffer, uint8_t value) {
+    (void)value;
+    return clm_error(CLM_ERR_UNSUPPORTED, "clear: %s is host memory mapped for the device, never written "
+                     "through the backend", clm_buft_name(buffer->buft));
+}
+
+static const struct clm_buffer_i mapped_buffer_iface = {
+    .free_buffer = mapped_buffer_free,
+    .get_base = mapped_buffer_base,
+    .init_tensor = mapped_buffer_init_tensor,
+    .memset_tensor = mapped_buffer_memset_tensor,
+    .set_tensor = mapped_buffer_set_tensor,
+    .get_tensor = mapped_buffer_get_tensor,
+    .clear = mapped_buffer_clear,
+};
+
+clm_status cann_buffer_from_host_ptr(cann_device_ctx *dev_ctx, void *ptr, size_t size, clm_buffer **out) {
+    clm_status st = cann_set_device(dev_ctx->device);
+    if (st != CLM_OK) return st;
+    void *dev_ptr = NULL;
+    aclError err = aclrtHostRegister(ptr, size, ACL_HOST_REGISTER_MAPPED, &dev_ptr);
+    if (err != ACL_SUCCESS) return cann_acl_error(err, "aclrtHostRegister");
+    cann_mapped_ctx *ctx = malloc(sizeof(*ctx));
+    if (ctx == NULL) {
+        aclrtHostUnregister(ptr);
+        return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    *ctx = (cann_mapped_ctx){.device = dev_ctx->device, .host = ptr, .dev_ptr = dev_ptr};
+    st = clm_buffer_init(&dev_ctx->mapped_buft, mapped_buffer_iface, ctx, size, out);
+    if (st != CLM_OK) {
+        aclrtHostUnregister(ptr);
+        free(ctx);
+    }
+    return st;
+}
+
+static const char *mapped_buft_name(const clm_buffer_type *buft) { return buft_device_ctx(buft)->mapped_name; }
+
+/* GGUF aligns tensor data to 32 bytes by default: the placement rule of a model file's map. */
+static size_t mapped_buft_alignment(const clm_buffer_type *buft) { return 32; }
+
+/* As ggml stores them: no repacking and no row padding (the memory is not ours to pad). */
+static size_t mapped_buft_alloc_size(const clm_buffer_type *buft, const clm_tensor *tensor) {
+    return clm_nbytes(tensor);
+}
+
+static clm_status mapped_buft_alloc(clm_buffer_type *buft, size_t size, clm_buffer **out) {
+    (void)size, (void)out;
+    return clm_error(CLM_ERR_UNSUPPORTED, "%s buffers are made over host memory "
+                     "(clm_device_buffer_from_host_ptr), not allocated", mapped_buft_name(buft));
+}
+
 void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev) {
+    snprintf(dev_ctx->mapped_name, sizeof(dev_ctx->mapped_name), "%s_Mapped", dev_ctx->name);
     dev_ctx->buft = (clm_buffer_type){
         .iface = {.get_name = device_buft_name,
                   .alloc_buffer = device_buft_alloc,
                   .get_alignment = device_buft_alignment,
                   .get_alloc_size = device_buft_alloc_size,
+                  .is_host = device_buft_is_host},
+        .device = dev,
+        .context = dev_ctx,
+    };
+    dev_ctx->mapped_buft = (clm_buffer_type){
+        .iface = {.get_name = mapped_buft_name,
+                  .alloc_buffer = mapped_buft_alloc,
+                  .get_alignment = mapped_buft_alignment,
+                  .get_alloc_size = mapped_buft_alloc_size,
                   .is_host = device_buft_is_host},
         .device = dev,
         .context = dev_ctx,

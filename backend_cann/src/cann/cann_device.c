@@ -37,7 +37,16 @@ static clm_buffer_type *device_host_buffer_type(clm_device *dev) {
 }
 
 static bool device_supports_buft(clm_device *dev, const clm_buffer_type *buft) {
-    return buft == &dev_ctx(dev)->buft;
+    return buft == &dev_ctx(dev)->buft || buft == &dev_ctx(dev)->mapped_buft;
+}
+
+static clm_status device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t size, clm_buffer **out) {
+    return cann_buffer_from_host_ptr((cann_device_ctx *)dev->context, ptr, size, out);
+}
+
+static bool device_maps_host_type(const clm_device *dev, int32_t type) {
+    (void)dev;
+    return cann_type_keeps_ggml_layout(type);
 }
 
 /* A batch large enough to be worth moving weights from host memory to the device (ggml's rule). */
@@ -84,6 +93,8 @@ static const struct clm_device_i cann_device_iface = {
     .init_backend = cann_backend_init,
     .get_buffer_type = device_buffer_type,
     .get_host_buffer_type = device_host_buffer_type,
+    .buffer_from_host_ptr = device_buffer_from_host_ptr,
+    .maps_host_type = device_maps_host_type,
     .supports_op = cann_supports_op,
     .supports_buft = device_supports_buft,
     .offload_op = device_offload_op,
@@ -111,6 +122,9 @@ static void reg_init(void) {
     if (count > CANN_MAX_DEVICES) count = CANN_MAX_DEVICES;
     const char *soc = aclrtGetSocName();
     bool pinned = getenv("GGML_CANN_NO_PINNED") == NULL;
+    /* Kernels read host memory registered for the device only where the device's memory is the
+     * host's: on an NPU weights read across PCIe every token would be far slower than a copy. */
+    bool device_is_host = strcmp(CLM_RUNTIME_NAME, "acl_host") == 0;
     for (uint32_t i = 0; i < count; i++) {
         cann_device_ctx *ctx = &cann_device_ctxs[i];
         clm_device *dev = &cann_devices[i];
@@ -121,7 +135,7 @@ static void reg_init(void) {
             .iface = cann_device_iface,
             .reg = &cann_reg,
             .id = (int32_t)i,
-            .caps = {.async = true, .host_buffer = pinned, .events = true},
+            .caps = {.async = true, .host_buffer = pinned, .events = true, .buffer_from_host_ptr = device_is_host},
             .context = ctx,
         };
         cann_buffer_types_init(ctx, dev);

@@ -26,6 +26,24 @@ int32_t clm_device_id(const clm_device *dev) { return dev->id; }
 bool clm_device_caps_async(const clm_device *dev) { return dev->caps.async; }
 bool clm_device_caps_events(const clm_device *dev) { return dev->caps.events; }
 bool clm_device_caps_host_buffer(const clm_device *dev) { return dev->caps.host_buffer; }
+bool clm_device_caps_buffer_from_host_ptr(const clm_device *dev) {
+    return dev->caps.buffer_from_host_ptr && dev->iface.buffer_from_host_ptr != NULL;
+}
+
+bool clm_device_maps_host_type(const clm_device *dev, int32_t type) {
+    return clm_device_caps_buffer_from_host_ptr(dev) && dev->iface.maps_host_type != NULL &&
+           dev->iface.maps_host_type(dev, type);
+}
+
+clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t size, clm_buffer **out) {
+    CLM_CHECK_ARG(dev != NULL && ptr != NULL && out != NULL, "clm_device_buffer_from_host_ptr: NULL argument");
+    *out = NULL;
+    if (!clm_device_caps_buffer_from_host_ptr(dev))
+        return clm_error(CLM_ERR_UNSUPPORTED, "%s: buffers over host memory need a device whose memory is the "
+                         "host's (acl_host); copy the data into a device buffer", dev->iface.get_name(dev));
+    CLM_CHECK_ARG(size > 0, "clm_device_buffer_from_host_ptr: size is 0");
+    return dev->iface.buffer_from_host_ptr(dev, ptr, size, out);
+}
 
 clm_status clm_device_memory(clm_device *dev, size_t *free_bytes, size_t *total_bytes) {
     CLM_CHECK_ARG(dev != NULL && free_bytes != NULL && total_bytes != NULL, "clm_device_memory: NULL argument");

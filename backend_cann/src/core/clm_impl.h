@@ -110,6 +110,9 @@ struct clm_device_i {
     clm_status (*init_backend)(clm_device *dev, clm_backend **out);
     clm_buffer_type *(*get_buffer_type)(clm_device *dev);
     clm_buffer_type *(*get_host_buffer_type)(clm_device *dev);                   /* optional */
+    clm_status (*buffer_from_host_ptr)(clm_device *dev, void *ptr, size_t size,
+                                       clm_buffer **out);                        /* optional */
+    bool (*maps_host_type)(const clm_device *dev, int32_t type);                  /* optional */
     bool (*supports_op)(clm_device *dev, const clm_tensor *op);
     bool (*supports_buft)(clm_device *dev, const clm_buffer_type *buft);
     bool (*offload_op)(clm_device *dev, const clm_tensor *op);                   /* optional */
@@ -122,6 +125,7 @@ struct clm_device_caps {
     bool async;
     bool host_buffer;
     bool events;
+    bool buffer_from_host_ptr;
 };
 
 struct clm_device {
