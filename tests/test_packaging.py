@@ -66,3 +66,18 @@ def test_console_script_entry_point(wheel):
     entry_points = next(n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt"))
     text = wheel.read(entry_points).decode()
     assert re.search(r"^cann-llm\s*=\s*cann_llm\.cli:main$", text, re.M), text
+
+
+def test_import_quiets_openblas_spin():
+    """import cann_llm lets idle OpenBLAS threads sleep (OPENBLAS_THREAD_TIMEOUT=4) unless the
+    user set the variable."""
+    import os
+    import subprocess
+    import sys
+    code = "import os, cann_llm; print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "4", out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_THREAD_TIMEOUT": "20"},
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == "20", out.stderr
