@@ -45,6 +45,16 @@ def test_the_mask_follows_a_valid_document_and_then_allows_only_the_end(tok):
     assert m.done and set(np.flatnonzero(m.allowed())) <= set(tok.eog_ids)
 
 
+def test_the_tokenizer_gains_no_attribute_from_a_grammar(default_model_path):
+    """The LLTokenizer is kept beside the Tokenizer (one per Tokenizer, built once), not on it:
+    a 30th instance attribute would cost CPython 3.11 its fast attribute lookup."""
+    fresh = Tokenizer.from_gguf(default_model_path)
+    before = set(vars(fresh))
+    G.compile(fresh, "json_schema", PERSON)
+    assert set(vars(fresh)) == before and len(before) < 30
+    assert G.ll_tokenizer(fresh) is G.ll_tokenizer(fresh)
+
+
 def test_compact_json_allows_no_whitespace(tok):
     m = G.compile(tok, "json_object", None).matcher()
     allowed = m.allowed()
