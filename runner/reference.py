@@ -715,7 +715,8 @@ def evaluate(graph, leaf_values: dict, memory: Memory | None = None) -> dict:
     """Run `graph` node by node. leaf_values maps leaf tensors (Tensor, or their name) to their
     storage arrays (as Tensor.get() returns them); leaves not given start as zero bytes.
     Returns {tensor: decoded values (numpy order, 4-d)} for every leaf and node, read after the
-    whole graph ran (so a CPY or SET_ROWS target shows its final contents)."""
+    whole graph ran (so a CPY or SET_ROWS target shows its final contents). A graph the
+    scheduler has planned reads its splits' copies: a ReferenceError (evaluate it before)."""
     memory = memory if memory is not None else Memory()
     leaves = graph.leafs
     by_name = {t.name: t for t in leaves if t.name}
@@ -723,10 +724,20 @@ def evaluate(graph, leaf_values: dict, memory: Memory | None = None) -> dict:
         tensor = by_name[key] if isinstance(key, str) else key
         memory.set_stored(storage_of(tensor), stored)
     nodes = graph.nodes
+    held = {storage_of(t).address for t in leaves}     # memory this graph holds or computes
     for node in nodes:
+        srcs = _sources(node)
+        for s in srcs:
+            if s is not None and storage_of(s).address not in held:
+                raise ReferenceError(
+                    f"evaluate(): node {node.name!r} ({Op(node.op).name}) reads {s.name!r}, which "
+                    f"the graph neither holds as a leaf nor computes: a graph planned by the "
+                    f"scheduler reads its "
+                    f"splits' copies; evaluate the graph before planning it (or a fresh build)")
+        held.add(storage_of(node).address)
         if node.op in VIEW_OPS:
             continue
-        srcs = [memory.read(s) if s is not None else None for s in _sources(node)]
+        srcs = [memory.read(s) if s is not None else None for s in srcs]
         memory.write(node, compute_node(node, srcs))
     return {t: memory.read(t) for t in [*leaves, *nodes]}
 

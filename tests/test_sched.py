@@ -112,6 +112,20 @@ def test_eval_callback_sees_nodes_and_stops(device):
     np.testing.assert_allclose(full, expect.reshape(full.shape), rtol=2e-2, atol=2e-2)
 
 
+def test_reference_refuses_a_planned_graph(device):
+    """Planning rewires sources to the splits' copies: the numpy reference says so rather than
+    computing on copies it never saw (it gave zeros); the same graph evaluates before planning."""
+    wctx, wbuf, w = _weights(device)
+    x_val = RNG.standard_normal((5, 64)).astype(np.float32)
+    ctx, g, x, out = _graph(w)
+    leaves = {x: x_val, **{t: t.get() for t in w.values()}}
+    before = ref.evaluate(g, leaves)[out]
+    assert np.abs(before).max() > 0
+    Scheduler([DeviceSlot(device)]).plan(g, {"x": x}, {"out": out})
+    with pytest.raises(ref.ReferenceError, match="planned by the scheduler"):
+        ref.evaluate(g, leaves)
+
+
 def _gemma_ffn(ctx, x, erf=False):
     """A Gemma-style FFN tail on x [n_ff, n_tokens]: geglu_split(gelu-tanh, x * 0.5), then tanh
     and the fused form with swapped halves."""
