@@ -113,3 +113,40 @@ def test_errors(B):
         B.convert(QT.Q8_0, np.zeros(34, dtype=np.uint8), QT.Q6_K, n_elements=32)
     assert not B.convert_supported(QT.IQ2_XS, QT.Q8_0)
     assert B.convert_supported(QT.Q6_K, QT.Q8_0) and B.convert_supported(QT.Q4_K, QT.Q4_1)
+
+
+_ISA_SCRIPT = """
+import sys, numpy as np
+from cann_llm import backend as B
+from gguf import GGMLQuantizationType as QT
+x = np.load(sys.argv[1]); raw = np.load(sys.argv[2])
+np.save(sys.argv[3], B.quantize_f32(QT.Q8_0, x))
+np.save(sys.argv[4], B.dequantize_f32(QT.Q6_K, raw).view(np.uint32))
+np.save(sys.argv[5], B.convert(QT.Q6_K, raw, QT.Q8_0))
+"""
+
+
+def test_vector_and_scalar_forms_give_the_same_bytes(B, tmp_path):
+    """The AVX-512 loops of the generic path (Q8_0 quantizer, Q6_K dequantizer) against the scalar
+    ones (CANN_LLM_HOST_ISA=scalar, in a subprocess): the same bytes on NaN, inf, huge values,
+    signed zeros, subnormals, ties, and on Q6_K blocks of random bytes (NaN/inf scales too)."""
+    import os
+    import subprocess
+    import sys
+    rng = np.random.default_rng(11)
+    x = _values(rng, 32 * 400)
+    special = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38, -0.0, 1e-45, -1e-40, 0.5, -0.5,
+                        2.5, -2.5, 127.5, 1e30, np.float32(np.nan), 7.0], np.float32)
+    for k, start in enumerate(range(128, 32 * 300, 96)):     # specials spread over many blocks
+        x[start:start + 4] = special[(k * 4) % 16:(k * 4) % 16 + 4]
+    x[3200:3232] = -0.0                                       # an all -0 block
+    raw = rng.integers(0, 256, 210 * 64, dtype=np.uint8)      # random bytes: any scale
+    raw[:210 * 16] = random_blocks(QT.Q6_K, 256 * 16, rng)
+    paths = [tmp_path / f"{n}.npy" for n in ("x", "raw", "q8", "deq", "conv")]
+    np.save(paths[0], x)
+    np.save(paths[1], raw)
+    env = {**os.environ, "CANN_LLM_HOST_ISA": "scalar"}
+    subprocess.run([sys.executable, "-c", _ISA_SCRIPT, *map(str, paths)], env=env, check=True)
+    assert np.array_equal(B.quantize_f32(QT.Q8_0, x), np.load(paths[2]))
+    assert np.array_equal(B.dequantize_f32(QT.Q6_K, raw).view(np.uint32), np.load(paths[3]))
+    assert np.array_equal(B.convert(QT.Q6_K, raw, QT.Q8_0), np.load(paths[4]))

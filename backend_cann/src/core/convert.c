@@ -8,7 +8,13 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLM_X86 1
+#include <immintrin.h>
+#endif
 
 #include "clm_impl.h"
 
@@ -245,6 +251,95 @@ static bool can_quantize(int32_t t) {
            t == CLM_TYPE_Q4_0 || t == CLM_TYPE_Q4_1;
 }
 
+/* ---- AVX-512 forms of the generic path's two hot loops ------------------------------------------
+ * The same IEEE operations on the same values in the same order per element (fp-contract is
+ * off: no fused multiply-adds), so the same bytes as the scalar loops, 16 lanes at a time.
+ * Chosen once from the CPU; CANN_LLM_HOST_ISA=scalar or avx2 keeps the scalar loops (as it caps
+ * acl_host's kernels), so both forms are tested on one machine. */
+#ifdef CLM_X86
+#define CLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+/* round_q8 on 16 lanes: truncate, then step away from zero on a remainder of at least 0.5; lanes
+ * outside (-128, 128) (inf, NaN, huge) give 127, -127 or 0 (NaN) as the scalar form does. */
+CLM_AVX512 static inline __m128i round_q8_x16(__m512 v) {
+    __m512i i = _mm512_cvttps_epi32(v);
+    __m512 f = _mm512_sub_ps(v, _mm512_cvtepi32_ps(i));
+    const __m512i one = _mm512_set1_epi32(1);
+    i = _mm512_mask_add_epi32(i, _mm512_cmp_ps_mask(f, _mm512_set1_ps(0.5f), _CMP_GE_OQ), i, one);
+    i = _mm512_mask_sub_epi32(i, _mm512_cmp_ps_mask(f, _mm512_set1_ps(-0.5f), _CMP_LE_OQ), i, one);
+    __mmask16 in = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-128.0f), _CMP_GT_OQ) &
+                   _mm512_cmp_ps_mask(v, _mm512_set1_ps(128.0f), _CMP_LT_OQ);
+    __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
+    __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+    i = _mm512_mask_mov_epi32(i, (__mmask16)~in, _mm512_setzero_si512());
+    i = _mm512_mask_mov_epi32(i, (__mmask16)(~in & pos), _mm512_set1_epi32(127));
+    i = _mm512_mask_mov_epi32(i, (__mmask16)(~in & neg), _mm512_set1_epi32(-127));
+    return _mm512_cvtepi32_epi8(i);
+}
+
+CLM_AVX512 static void quant_q8_0_avx512(const float *x, uint8_t *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK; i++, x += QK, b += 34) {
+        __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        /* max(a, acc) gives acc where a is NaN: NaN lanes are skipped, as the scalar > skips them */
+        __m512 acc = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
+        acc = _mm512_max_ps(_mm512_abs_ps(x1), acc);
+        const float amax = _mm512_reduce_max_ps(acc);
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        wr16(b, f32_to_f16(d));
+        const __m512 vid = _mm512_set1_ps(id);
+        _mm_storeu_si128((__m128i *)(b + 2), round_q8_x16(_mm512_mul_ps(x0, vid)));
+        _mm_storeu_si128((__m128i *)(b + 18), round_q8_x16(_mm512_mul_ps(x1, vid)));
+    }
+}
+
+/* 16 six-bit quants minus 32, as floats: ql's nibbles at `shift` with qh's two bits at `qshift`. */
+CLM_AVX512 static inline __m512 q6_x16(const uint8_t *ql, int shift, const uint8_t *qh, int qshift) {
+    __m512i l = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ql));
+    __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qh));
+    l = _mm512_and_si512(_mm512_srli_epi32(l, (unsigned)shift), _mm512_set1_epi32(0xf));
+    h = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, (unsigned)qshift), _mm512_set1_epi32(3)), 4);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(l, h), _mm512_set1_epi32(32)));
+}
+
+/* deq_q6_k's (d * sc) * q per element, a scale per 16 lanes (is = l / 16). */
+CLM_AVX512 static void deq_q6_k_avx512(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 210) {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = f16_to_f32(rd16(b + 208));
+        for (int h = 0; h < QK_K / 128; h++, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0, is = 0; l < 32; l += 16, is++) {
+                _mm512_storeu_ps(y + l, _mm512_mul_ps(_mm512_set1_ps(d * sc[is]),
+                                                      q6_x16(ql + l, 0, qh + l, 0)));
+                _mm512_storeu_ps(y + l + 32, _mm512_mul_ps(_mm512_set1_ps(d * sc[is + 2]),
+                                                           q6_x16(ql + l + 32, 0, qh + l, 2)));
+                _mm512_storeu_ps(y + l + 64, _mm512_mul_ps(_mm512_set1_ps(d * sc[is + 4]),
+                                                           q6_x16(ql + l, 4, qh + l, 4)));
+                _mm512_storeu_ps(y + l + 96, _mm512_mul_ps(_mm512_set1_ps(d * sc[is + 6]),
+                                                           q6_x16(ql + l + 32, 4, qh + l, 6)));
+            }
+        }
+    }
+}
+
+/* Whether the AVX-512 forms run: the CPU has them and CANN_LLM_HOST_ISA does not cap below. */
+static bool use_avx512(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+        const char *cap = getenv("CANN_LLM_HOST_ISA");
+        if (cap && (strcmp(cap, "scalar") == 0 || strcmp(cap, "avx2") == 0)) v = 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#else
+static bool use_avx512(void) { return false; }
+#endif
+
 static void dequantize(int32_t t, const uint8_t *src, float *y, int64_t n) {
     switch (t) {
     case CLM_TYPE_F32: memcpy(y, src, (size_t)n * 4); break;
@@ -262,7 +357,15 @@ static void dequantize(int32_t t, const uint8_t *src, float *y, int64_t n) {
     case CLM_TYPE_Q3_K: deq_q3_k(src, y, n); break;
     case CLM_TYPE_Q4_K: deq_q4_k(src, y, n); break;
     case CLM_TYPE_Q5_K: deq_q5_k(src, y, n); break;
-    case CLM_TYPE_Q6_K: deq_q6_k(src, y, n); break;
+    case CLM_TYPE_Q6_K:
+#ifdef CLM_X86
+        if (use_avx512()) {
+            deq_q6_k_avx512(src, y, n);
+            break;
+        }
+#endif
+        deq_q6_k(src, y, n);
+        break;
     case CLM_TYPE_Q8_K: deq_q8_k(src, y, n); break;
     default: break;
     }
@@ -334,7 +437,15 @@ static void quantize(int32_t t, const float *x, uint8_t *dst, int64_t n) {
     case CLM_TYPE_F32: memcpy(dst, x, (size_t)n * 4); break;
     case CLM_TYPE_F16: for (int64_t i = 0; i < n; i++) wr16(dst + 2 * i, f32_to_f16(x[i])); break;
     case CLM_TYPE_BF16: for (int64_t i = 0; i < n; i++) wr16(dst + 2 * i, f32_to_bf16(x[i])); break;
-    case CLM_TYPE_Q8_0: quant_q8_0(x, dst, n); break;
+    case CLM_TYPE_Q8_0:
+#ifdef CLM_X86
+        if (use_avx512()) {
+            quant_q8_0_avx512(x, dst, n);
+            break;
+        }
+#endif
+        quant_q8_0(x, dst, n);
+        break;
     case CLM_TYPE_Q4_0: quant_q4_0(x, dst, n); break;
     case CLM_TYPE_Q4_1: quant_q4_1(x, dst, n); break;
     default: break;
