@@ -281,10 +281,39 @@ static void bench(void) {
     }
 }
 
+/* The Q4_1 scale/offset encode's vector form (AVX-512, where the CPU has it) against the portable
+ * loop: every fp16 d (NaN, inf, subnormal, +-0 included) with a set of m values, and random
+ * blocks, region bytes compared; block counts that are not multiples of 16 exercise the tails. */
+static void test_q4_1_vector_form(void) {
+    const cann_qlayout *l = cann_qlayout_get(CLM_TYPE_Q4_1);
+    static const uint16_t ms[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff,
+                                  0xfbff, 0x7c00, 0xfc00, 0x7c01, 0x7e00, 0xfe55, 0x4880, 0x3555, 0xc123,
+                                  0x0200, 0x2e66, 0xb3ff, 0x5640, 0x1c00, 0x9c01};
+    const size_t n = 65536 + 13;
+    uint8_t *src = malloc(n * 20), *a = malloc(n * 22), *b = malloc(n * 22);
+    CHECK(src && a && b);
+    if (!src || !a || !b) return;
+    void *pa[4], *pb[4];
+    for (size_t k = 0; k <= sizeof(ms) / sizeof(ms[0]); k++) {
+        for (size_t i = 0; i < n * 20; i++) src[i] = (uint8_t)rnd();   /* random m, nibbles */
+        for (size_t j = 0; j < n; j++) {
+            uint16_t d = (uint16_t)(j & 0xffff);
+            src[20 * j] = (uint8_t)d, src[20 * j + 1] = (uint8_t)(d >> 8);
+            if (k < sizeof(ms) / sizeof(ms[0])) src[20 * j + 2] = (uint8_t)ms[k], src[20 * j + 3] = (uint8_t)(ms[k] >> 8);
+        }
+        size_t count = n - k;   /* tails of every length mod 16 */
+        cann_qlayout_pack(l, src, count, region_ptrs(l, a, count, 0, pa));
+        cann_qlayout_pack_portable(l, src, count, region_ptrs(l, b, count, 0, pb));
+        CHECK(memcmp(a, b, count * 22) == 0);
+    }
+    free(src), free(a), free(b);
+}
+
 int main(void) {
     test_fp16();
     test_transforms();
     test_q4_1_dequant();
+    test_q4_1_vector_form();
     test_device();
     const char *b = getenv("CT_BENCH");
     if (b != NULL && strcmp(b, "1") == 0) bench();

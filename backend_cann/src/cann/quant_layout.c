@@ -3,7 +3,13 @@
  * block-aligned chunk of a tensor converts on its own. */
 #include "cann/quant_layout.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CANN_QL_X86 1
+#include <immintrin.h>
+#endif
 
 #include "cann_llm.h"
 
@@ -140,8 +146,50 @@ static inline void q4_1_decode(uint16_t scale, uint16_t offset, uint16_t kept, u
     }
 }
 
+/* ---- Q4_1 scale / offset, 16 blocks at a time ---------------------------------------------------
+ * q4_1_encode on 16 blocks: the fp16 conversions in hardware (exact both ways, round to nearest
+ * even; NaNs come out quiet with the same payload as the software path's) and the same f32
+ * division and addition, so the same bits; the regions are plain uint16 arrays. */
+#ifdef CANN_QL_X86
+#define CANN_QL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+CANN_QL_AVX512 static size_t q4_1_encode_x16(const uint8_t *s, size_t n, uint8_t *r1, uint8_t *r2, uint8_t *r3) {
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(20));
+    size_t b = 0;
+    for (; b + 16 <= n; b += 16) {
+        __m512i dm = _mm512_i32gather_epi32(at, s + 20 * b, 1);   /* d | m << 16 of each block */
+        __m256i d = _mm512_cvtepi32_epi16(dm), m = _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16));
+        __m512 q = _mm512_div_ps(_mm512_cvtph_ps(m), _mm512_cvtph_ps(d));
+        __m256i offset = _mm512_cvtps_ph(_mm512_add_ps(_mm512_set1_ps(8.0f), q),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __mmask16 zero = _mm256_testn_epi16_mask(d, _mm256_set1_epi16(0x7fff));   /* d = +-0 */
+        _mm256_storeu_si256((__m256i *)(r1 + 2 * b), _mm256_mask_blend_epi16(zero, d, m));
+        _mm256_storeu_si256((__m256i *)(r2 + 2 * b),
+                            _mm256_mask_blend_epi16(zero, offset, _mm256_set1_epi16(FP16_NINE)));
+        _mm256_storeu_si256((__m256i *)(r3 + 2 * b), _mm256_mask_blend_epi16(zero, m, d));
+    }
+    return b;
+}
+
+/* Whether the vector form runs: the CPU has it and CANN_LLM_HOST_ISA does not cap below. */
+static bool q4_1_vector(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+        const char *cap = getenv("CANN_LLM_HOST_ISA");
+        if (cap && (strcmp(cap, "scalar") == 0 || strcmp(cap, "avx2") == 0)) v = 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#endif
+
 /* ---- whole blocks --------------------------------------------------------------------------- */
-void cann_qlayout_pack(const cann_qlayout *layout, const void *src, size_t n, void *const dst[]) {
+static void pack_blocks(const cann_qlayout *layout, const void *src, size_t n, void *const dst[], bool vector) {
     const uint8_t *s = src;
     uint8_t *r0 = dst[0], *r1 = dst[1];
     switch (layout->type) {
@@ -159,10 +207,15 @@ void cann_qlayout_pack(const cann_qlayout *layout, const void *src, size_t n, vo
         break;
     case CLM_TYPE_Q4_1: {  /* block: d[2] m[2] qs[16] */
         uint8_t *r2 = dst[2], *r3 = dst[3];
+        size_t encoded = 0;
+#ifdef CANN_QL_X86
+        if (vector) encoded = q4_1_encode_x16(s, n, r1, r2, r3);
+#endif
         for (size_t b = 0; b < n; b++, s += 20) {
+            pack_nibbles(s + 4, r0 + 16 * b);
+            if (b < encoded) continue;
             uint16_t scale, offset, kept;
             q4_1_encode(load16(s), load16(s + 2), &scale, &offset, &kept);
-            pack_nibbles(s + 4, r0 + 16 * b);
             store16(r1 + 2 * b, scale);
             store16(r2 + 2 * b, offset);
             store16(r3 + 2 * b, kept);
@@ -172,6 +225,18 @@ void cann_qlayout_pack(const cann_qlayout *layout, const void *src, size_t n, vo
     default:
         break;
     }
+}
+
+void cann_qlayout_pack(const cann_qlayout *layout, const void *src, size_t n, void *const dst[]) {
+#ifdef CANN_QL_X86
+    pack_blocks(layout, src, n, dst, q4_1_vector());
+#else
+    pack_blocks(layout, src, n, dst, false);
+#endif
+}
+
+void cann_qlayout_pack_portable(const cann_qlayout *layout, const void *src, size_t n, void *const dst[]) {
+    pack_blocks(layout, src, n, dst, false);
 }
 
 void cann_qlayout_unpack(const cann_qlayout *layout, const void *const src[], size_t n, void *dst) {

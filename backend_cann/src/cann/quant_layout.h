@@ -41,6 +41,9 @@ static inline size_t cann_qlayout_device_bytes(const cann_qlayout *layout, size_
 /* n ggml blocks at src -> region parts: dst[r] receives n * region_bytes[r] bytes. */
 void cann_qlayout_pack(const cann_qlayout *layout, const void *src, size_t n, void *const dst[]);
 
+/* cann_qlayout_pack without its vector forms (AVX-512 Q4_1 scales): the tests compare the two. */
+void cann_qlayout_pack_portable(const cann_qlayout *layout, const void *src, size_t n, void *const dst[]);
+
 /* The inverse: region parts of n blocks -> n ggml blocks at dst, bit for bit. */
 void cann_qlayout_unpack(const cann_qlayout *layout, const void *const src[], size_t n, void *dst);
 
