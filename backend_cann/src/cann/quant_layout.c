@@ -190,6 +190,7 @@ static bool q4_1_vector(void) {
 
 /* ---- whole blocks --------------------------------------------------------------------------- */
 static void pack_blocks(const cann_qlayout *layout, const void *src, size_t n, void *const dst[], bool vector) {
+    (void)vector;   /* only x86 has a vector form */
     const uint8_t *s = src;
     uint8_t *r0 = dst[0], *r1 = dst[1];
     switch (layout->type) {

@@ -336,8 +336,6 @@ static bool use_avx512(void) {
     }
     return v;
 }
-#else
-static bool use_avx512(void) { return false; }
 #endif
 
 static void dequantize(int32_t t, const uint8_t *src, float *y, int64_t n) {
