@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 6
+CLM_ABI_VERSION = 7
 
 CDEF = r"""
-#define CLM_ABI_VERSION 6
+#define CLM_ABI_VERSION 7
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -168,6 +168,9 @@ clm_status clm_quantize_f32(int32_t dst_type, const float *src, void *dst, int64
 clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int64_t n_elements);
 
 clm_status clm_find_nonfinite(int32_t type, const void *data, int64_t n_elements, int64_t *first_bad);
+
+clm_status clm_logits_scan(const float *x, int64_t n, const int64_t *banned, int64_t n_banned, int64_t *first_bad,
+                           int64_t *best);
 
 clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv,
                        const int64_t *token_pos, const int64_t *token_seq, int64_t n_tokens,

@@ -186,6 +186,23 @@ def first_nonfinite_f32(values: np.ndarray) -> int:
     return first[0]
 
 
+def logits_scan(row: np.ndarray, banned: np.ndarray | None = None) -> tuple[int, int]:
+    """(index of the first NaN or inf, greedy pick) of a C-contiguous float32 logits row in one
+    pass (clm_logits_scan): -1 when every value is finite; the pick is the lowest id of the
+    largest value among the ids not in `banned` (None, or ascending int64 ids), -1 when every id
+    is banned or a value is not finite."""
+    if row.dtype != np.float32 or not row.flags.c_contiguous:
+        row = np.ascontiguousarray(row, dtype=np.float32)
+    out = ffi.new("int64_t[2]")
+    if banned is None or not banned.size:
+        bans, n_bans = ffi.NULL, 0
+    else:
+        bans, n_bans = ffi.from_buffer("int64_t[]", banned), banned.size
+    check(lib.clm_logits_scan(ffi.from_buffer("float[]", row), row.size, bans, n_bans, out, out + 1),
+          "clm_logits_scan")
+    return out[0], out[1]
+
+
 def kv_mask(cell_pos: np.ndarray, cell_seq: np.ndarray, n_kv: int, token_pos: np.ndarray,
             token_seq: np.ndarray, n_swa: int = 0) -> np.ndarray:
     """The F16 attention mask [n_tokens, n_kv] of a micro-batch over the first n_kv cells

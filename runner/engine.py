@@ -338,16 +338,22 @@ class Engine:
                     f"nothing else runs: {held} finished sequences still hold cells (release "
                     f"them) or the cache is too small")
             return events
-        tokens, pos, seq_ids, want = [], [], [], []
-        for seq, n in rows:
-            todo = [seq.next_token] if seq is not prefill else seq.pending[:n]
-            tokens += todo
-            pos += range(seq.n_past, seq.n_past + n)
-            seq_ids += [seq.id] * n
-            want += [False] * (n - 1) + [seq is not prefill or n == len(seq.pending)]
         masks = self._prepare_masks(rows, prefill)
+        picks = None
         try:
-            logits = model.decode(Batch(tokens, pos, seq_ids, want))
+            if prefill is None:     # one token per sequence: the greedy picks come with the check
+                logits, picks = model.decode_step(
+                    [s.next_token for s in decoding], [s.n_past for s in decoding],
+                    [s.id for s in decoding], [s.sampler.greedy_bans for s in decoding])
+            else:
+                tokens, pos, seq_ids, want = [], [], [], []
+                for seq, n in rows:
+                    todo = [seq.next_token] if seq is not prefill else seq.pending[:n]
+                    tokens += todo
+                    pos += range(seq.n_past, seq.n_past + n)
+                    seq_ids += [seq.id] * n
+                    want += [False] * (n - 1) + [seq is not prefill or n == len(seq.pending)]
+                logits = model.decode(Batch(tokens, pos, seq_ids, want))
         except BaseException:               # micro-batches that went in before the failure
             for seq, _ in rows:
                 model.kv.seq_rm(seq.id, seq.n_past, None)
@@ -373,7 +379,8 @@ class Engine:
             else:
                 seq.tokens.append(seq.next_token)
                 seq.next_token = None
-            events.append((seq, self._draw_safely(seq, logits[row])))
+            events.append((seq, self._draw_safely(seq, logits[row],
+                                                  None if picks is None else picks[row])))
             row += 1
         return events
 
@@ -399,20 +406,21 @@ class Engine:
         child.history = list(parent.history)
         child.n_cached, child.t_prompt_done = parent.n_cached, now
 
-    def _draw_safely(self, seq: Sequence, logits: np.ndarray) -> int | None:
+    def _draw_safely(self, seq: Sequence, logits: np.ndarray, pick: int | None = None) -> int | None:
         try:
-            return self._draw(seq, logits)
+            return self._draw(seq, logits, pick)
         except ValueError as exc:       # e.g. logit_bias banned every token
             seq.error, seq.finish_reason = exc, "error"
             return None
 
-    def _draw(self, seq: Sequence, logits: np.ndarray) -> int | None:
-        """Sample the next token and apply the stop conditions (the order generate() had)."""
+    def _draw(self, seq: Sequence, logits: np.ndarray, pick: int | None = None) -> int | None:
+        """Sample the next token and apply the stop conditions (the order generate() had); pick:
+        the greedy pick of the decode step's logits scan (Sampler.sample)."""
         if seq.max_tokens is not None and len(seq.generated) >= seq.max_tokens:
             seq.finish_reason = "length"
             return None
         with profiler.span("sample"):
-            token = seq.sampler.sample(logits, seq.history)
+            token = seq.sampler.sample(logits, seq.history, pick)
         if self.model.tokenizer.is_eog(token) or token in seq.stop_ids:
             seq.finish_reason = "stop"
             return None

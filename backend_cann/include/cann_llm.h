@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 6
+#define CLM_ABI_VERSION 7
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -196,6 +196,12 @@ clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int
  * index for F32/F16/BF16, the block index of the first block whose scale / min / sum is NaN or
  * inf for the quantized types, or -1 when every value is finite. */
 clm_status clm_find_nonfinite(int32_t type, const void *data, int64_t n_elements, int64_t *first_bad);
+/* One pass over an F32 logits row of n values (src/core/logits.c): *first_bad is the index of the
+ * first NaN or inf (-1: none); when there is none, *best is the lowest index of the largest value
+ * among the indices not in banned[0..n_banned) (ascending; ids outside 0..n-1 are ignored), -1
+ * when every index is banned. *best is -1 when a value is not finite. */
+clm_status clm_logits_scan(const float *x, int64_t n, const int64_t *banned, int64_t n_banned, int64_t *first_bad,
+                           int64_t *best);
 /* The runner's KV cells (src/core/kv_cells.c). clm_kv_mask: the F16 attention mask [n_tokens][n_kv]
  * of a micro-batch, 0 where token t may see cell j (the cell holds a position <= the token's, of a
  * sequence set containing token_seq[t], and, with n_swa > 0, fewer than n_swa positions behind
