@@ -203,26 +203,36 @@ def logits_scan(row: np.ndarray, banned: np.ndarray | None = None) -> tuple[int,
     return out[0], out[1]
 
 
-def kv_mask(cell_pos: np.ndarray, cell_seq: np.ndarray, n_kv: int, token_pos: np.ndarray,
-            token_seq: np.ndarray, n_swa: int = 0) -> np.ndarray:
+def kv_mask(cell_pos, cell_seq, n_kv: int, token_pos, token_seq, n_swa: int = 0) -> np.ndarray:
     """The F16 attention mask [n_tokens, n_kv] of a micro-batch over the first n_kv cells
-    (clm_kv_mask): cell_pos int64 (-1: empty) and cell_seq uint64 bit sets of the cache, the
-    tokens' int64 positions and sequence ids (0..63)."""
+    (clm_kv_mask): cell_pos int64 (-1: empty) and cell_seq uint64 bit sets of the cache (numpy
+    arrays, or pointers to them: KVCache keeps its own), the tokens' positions and sequence ids
+    (0..63) as int64 arrays or lists of Python ints (a decode step's)."""
     n_tokens = len(token_pos)
     out = np.empty((n_tokens, n_kv), dtype=np.float16)
-    check(lib.clm_kv_mask(ffi.from_buffer("int64_t[]", cell_pos), ffi.from_buffer("uint64_t[]", cell_seq),
-                          n_kv, ffi.from_buffer("int64_t[]", token_pos),
-                          ffi.from_buffer("int64_t[]", token_seq), n_tokens, n_swa,
+    check(lib.clm_kv_mask(_int64s(cell_pos), cell_seq if isinstance(cell_seq, ffi.CData)
+                          else ffi.from_buffer("uint64_t[]", cell_seq),
+                          n_kv, _int64s(token_pos), _int64s(token_seq), n_tokens, n_swa,
                           ffi.from_buffer("uint16_t[]", out)), "clm_kv_mask")
     return out
 
 
-def kv_cells_used(cell_pos: np.ndarray) -> tuple[int, int, int]:
+def _int64s(values):
+    """An int64_t * of an int64 numpy array, a list of Python ints or a pointer (as it is)."""
+    if type(values) is list:
+        return ffi.new("int64_t[]", values)
+    if isinstance(values, ffi.CData):
+        return values
+    return ffi.from_buffer("int64_t[]", values)
+
+
+def kv_cells_used(cell_pos, n_cells: int | None = None) -> tuple[int, int, int]:
     """(cells holding a position, index of the last such cell, index of the first empty cell),
-    -1 for an index there is none of, for int64 cell_pos (-1: empty)."""
+    -1 for an index there is none of, for int64 cell_pos (-1: empty): a numpy array, or a
+    pointer to n_cells of them."""
     out = ffi.new("int64_t[3]")
-    check(lib.clm_kv_cells_used(ffi.from_buffer("int64_t[]", cell_pos), len(cell_pos), out, out + 1,
-                                out + 2), "clm_kv_cells_used")
+    check(lib.clm_kv_cells_used(_int64s(cell_pos), len(cell_pos) if n_cells is None else n_cells,
+                                out, out + 1, out + 2), "clm_kv_cells_used")
     return out[0], out[1], out[2]
 
 
@@ -1106,14 +1116,16 @@ class Backend(_Owned):
         check(lib.clm_backend_set_tensor_async(self._handle(), tensor.c, ffi.from_buffer(host),
                                                offset, host.nbytes), "set_tensor_async")
 
-    def set_tensors_async(self, pairs) -> None:
+    def set_tensors_async(self, pairs, raw: bool = False) -> None:
         """set_tensor_async of each (tensor, array) in order, at offset 0: a graph's inputs in one
-        call (a decode token uploads five; each call crossing into Python costs on cold caches)."""
+        call (a decode token uploads five; each call crossing into Python costs on cold caches).
+        raw: the tensors are given as their clm_tensor * (Tensor.c), read once by the caller."""
         handle, keep, queue = self._handle(), self._in_flight, lib.clm_backend_set_tensor_async
         for tensor, array in pairs:
             host = np.ascontiguousarray(array)
             keep.append(host)
-            status = queue(handle, tensor.c, ffi.from_buffer(host), 0, host.nbytes)
+            status = queue(handle, tensor if raw else tensor.c, ffi.from_buffer(host), 0,
+                           host.nbytes)
             if status != lib.CLM_OK:
                 check(status, "set_tensor_async")
 

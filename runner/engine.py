@@ -294,6 +294,8 @@ class Engine:
         """One forward: the sampled token of every decoding sequence plus one prefill chunk (up
         to n_batch tokens in all). Returns (sequence, token) for every sequence that drew a token
         or finished in this step (token None when it finished without one)."""
+        if profiler.active() is None:
+            return self._step()
         with profiler.span("engine step", sequences=len(self.seqs)):
             return self._step()
 
@@ -419,8 +421,11 @@ class Engine:
         if seq.max_tokens is not None and len(seq.generated) >= seq.max_tokens:
             seq.finish_reason = "length"
             return None
-        with profiler.span("sample"):
+        if profiler.active() is None:
             token = seq.sampler.sample(logits, seq.history, pick)
+        else:
+            with profiler.span("sample"):
+                token = seq.sampler.sample(logits, seq.history, pick)
         if self.model.tokenizer.is_eog(token) or token in seq.stop_ids:
             seq.finish_reason = "stop"
             return None

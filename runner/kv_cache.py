@@ -85,6 +85,9 @@ class KVCache:
             buf.clear(0)
         self.pos = np.full(n_ctx, -1, dtype=np.int64)      # -1: empty cell
         self.seq = np.zeros(n_ctx, dtype=np.uint64)        # bit s: the cell belongs to sequence s
+        # pointers to both (written in place, never replaced): the C scans take them as they are
+        self._pos_c = be.ffi.from_buffer("int64_t[]", self.pos)
+        self._seq_c = be.ffi.from_buffer("uint64_t[]", self.seq)
 
     @property
     def nbytes(self) -> int:
@@ -97,12 +100,17 @@ class KVCache:
         self.ctx.close()
 
     # ---- cells ---------------------------------------------------------------------------------
+    def cells_used(self) -> tuple[int, int, int]:
+        """(cells in use, the last used cell, the first empty cell; -1 where there is none): one
+        scan in C."""
+        return be.kv_cells_used(self._pos_c, self.n_ctx)
+
     def n_used(self) -> int:
-        return be.kv_cells_used(self.pos)[0]
+        return self.cells_used()[0]
 
     def n_kv(self, extra_cells: np.ndarray | None = None) -> int:
         """Cells the attention looks at: past the last used cell, rounded up to N_KV_PAD."""
-        last = be.kv_cells_used(self.pos)[1]
+        last = self.cells_used()[1]
         if extra_cells is not None and len(extra_cells):
             last = max(last, int(np.max(extra_cells)))
         return self._n_kv_upto(last)
@@ -114,7 +122,7 @@ class KVCache:
     def find_slot(self) -> tuple[np.ndarray, int]:
         """A decode step's cell, as find_slots(1), and n_kv() as it is once that cell holds the
         token: one scan of the cells instead of two."""
-        _, last, first = be.kv_cells_used(self.pos)
+        _, last, first = self.cells_used()
         if first < 0:
             return self.find_slots(1), self.n_kv()      # ContextFullError
         return np.array([first], dtype=np.int64), self._n_kv_upto(max(last, first))
@@ -122,7 +130,7 @@ class KVCache:
     def find_slots(self, n_tokens: int) -> np.ndarray:
         """The first n_tokens empty cells (int64), or ContextFullError."""
         if n_tokens == 1:                  # a decode step
-            first = be.kv_cells_used(self.pos)[2]
+            first = self.cells_used()[2]
             if first >= 0:
                 return np.array([first], dtype=np.int64)
         free = np.flatnonzero(self.pos < 0)
@@ -159,9 +167,12 @@ class KVCache:
         cell j (same sequence, cell position <= the token's), -inf elsewhere (other sequences,
         future positions, empty cells). n_swa > 0: the sliding window of local attention layers
         also hides cells n_swa or more positions behind the token (llama.cpp's standard SWA)."""
-        return be.kv_mask(self.pos[:n_kv], self.seq[:n_kv], n_kv,
-                          np.ascontiguousarray(pos, dtype=np.int64),
-                          np.ascontiguousarray(seq_ids, dtype=np.int64), n_swa)
+        if type(pos) is not list or type(seq_ids) is not list:    # a decode step's Python ints
+            pos = np.ascontiguousarray(pos, dtype=np.int64)          # go as they are
+            seq_ids = np.ascontiguousarray(seq_ids, dtype=np.int64)
+        if not 0 <= n_kv <= self.n_ctx:
+            raise ValueError(f"n_kv={n_kv} is not in 0..{self.n_ctx}")
+        return be.kv_mask(self._pos_c, self._seq_c, n_kv, pos, seq_ids, n_swa)
 
     # ---- sequence operations (llama_memory_seq_*) ------------------------------------------------
     def clear(self) -> None:

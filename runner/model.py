@@ -425,7 +425,7 @@ class Model:
         if min(tokens) < 0 or max(tokens) >= n_vocab:
             raise ValueError(f"token ids must be in 0..{n_vocab - 1}")
         kv = self.kv
-        used, last, first = be.kv_cells_used(kv.pos)
+        used, last, first = kv.cells_used()
         if n > self.n_cells - used:
             raise ContextFullError(
                 f"{n} tokens do not fit in the context: {self.n_cells} cells, "

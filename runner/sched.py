@@ -201,6 +201,7 @@ class Plan:
         self.outputs = dict(outputs)         # name -> Tensor to read after run()
         self.generation = sched.generation
         self._reads = None                   # _output_reads()
+        self._device_steps = None            # _device_only()
         self.ctx = be.Context(max_tensors=4096)
         self.nodes = [n for n in graph.nodes]
         self.index = {n.address: i for i, n in enumerate(self.nodes)}
@@ -468,8 +469,14 @@ class Plan:
         node is shown to it (plan with split_each_node=True to see every node); a False return
         stops the run and run() returns None. A callback taking a sixth positional argument also
         gets an EvalNode (source names and values, write-back)."""
-        sched, slots = self.sched, self.sched.slots
         prof = profiler.active()
+        if prof is None and eval_callback is None and read_outputs:
+            steps = self._device_steps
+            if steps is None:
+                steps = self._device_steps = self._device_only()
+            if steps:
+                return self._run_device(values, *steps)
+        sched, slots = self.sched, self.sched.slots
         span = _no_span if prof is None else prof.span
         launches: dict = {}                 # device slot -> host times of its graph launches (us)
         mem = ref.Memory() if self._uses_memory() else None
@@ -512,6 +519,36 @@ class Plan:
             for s in slots[:-1]:
                 s.backend.synchronize()
         self._record_nodes(prof, launches)
+        return out
+
+    def _device_only(self) -> tuple | bool:
+        """What a run of a plan on devices alone does, resolved once: (uploads: [(backend,
+        [(input name, clm_tensor *)])], launches: [(backend, Graph)], reads: [(name, backend,
+        tensor, numpy shape, dtype)], backends to synchronize); False when a split, an input
+        or an output involves the CPU, or a split copies from another backend (run() then
+        takes its general path)."""
+        slots = self.sched.slots
+        if self._uses_memory() or any(slots[sp.slot].is_cpu or sp.copies for sp in self.splits):
+            return False
+        uploads = [(backend, [(name, t.c) for name, t in targets])
+                   for backend, targets in self._uploads()]
+        launches = [(slots[sp.slot].backend, sp.graph) for sp in self.splits]
+        reads = [(name, slots[k].backend, t, shape, dtype)
+                 for name, t, k, shape, dtype in self._output_reads()]
+        return uploads, launches, reads, [s.backend for s in slots[:-1]]
+
+    @staticmethod
+    def _run_device(values: dict, uploads, launches, reads, syncs) -> dict:
+        """run() of a device-only plan (a decode step's): the same calls in the same order, each
+        backend's inputs queued straight from the cached tensor pointers."""
+        for backend, targets in uploads:
+            backend.set_tensors_async([(t, values[name]) for name, t in targets], raw=True)
+        for backend, graph in launches:
+            backend.graph_compute(graph)
+        out = {name: backend.get_tensor_async(t, np.empty(shape, dtype))
+               for name, backend, t, shape, dtype in reads}
+        for backend in syncs:
+            backend.synchronize()
         return out
 
     def _uploads(self) -> list:
