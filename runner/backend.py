@@ -186,20 +186,21 @@ def first_nonfinite_f32(values: np.ndarray) -> int:
     return first[0]
 
 
-def logits_scan(row: np.ndarray, banned: np.ndarray | None = None) -> tuple[int, int]:
+def logits_scan(row: np.ndarray, banned: np.ndarray | None = None, data=None) -> tuple[int, int]:
     """(index of the first NaN or inf, greedy pick) of a C-contiguous float32 logits row in one
     pass (clm_logits_scan): -1 when every value is finite; the pick is the lowest id of the
     largest value among the ids not in `banned` (None, or ascending int64 ids), -1 when every id
-    is banned or a value is not finite."""
-    if row.dtype != np.float32 or not row.flags.c_contiguous:
-        row = np.ascontiguousarray(row, dtype=np.float32)
+    is banned or a value is not finite. data: a float * to the row, when the caller has one."""
+    if data is None:
+        if row.dtype != np.float32 or not row.flags.c_contiguous:
+            row = np.ascontiguousarray(row, dtype=np.float32)
+        data = ffi.from_buffer("float[]", row)
     out = ffi.new("int64_t[2]")
     if banned is None or not banned.size:
         bans, n_bans = ffi.NULL, 0
     else:
         bans, n_bans = ffi.from_buffer("int64_t[]", banned), banned.size
-    check(lib.clm_logits_scan(ffi.from_buffer("float[]", row), row.size, bans, n_bans, out, out + 1),
-          "clm_logits_scan")
+    check(lib.clm_logits_scan(data, row.size, bans, n_bans, out, out + 1), "clm_logits_scan")
     return out[0], out[1]
 
 
@@ -1129,16 +1130,19 @@ class Backend(_Owned):
             if status != lib.CLM_OK:
                 check(status, "set_tensor_async")
 
-    def get_tensor_async(self, tensor: Tensor, out: np.ndarray | None = None,
-                         offset: int = 0) -> np.ndarray:
-        """Queue a tensor -> host copy; the returned array is valid after synchronize()."""
+    def get_tensor_async(self, tensor: Tensor, out: np.ndarray | None = None, offset: int = 0,
+                         *, data=None) -> np.ndarray:
+        """Queue a tensor -> host copy; the returned array is valid after synchronize(). data:
+        the pointer to out's data (ffi.from_buffer(out)), when the caller keeps one."""
         if out is None:
             out = np.empty(tensor.shape, dtype=tensor.dtype)
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("get_tensor_async needs a writable C-contiguous array")
+        if data is None:
+            if not out.flags.c_contiguous or not out.flags.writeable:
+                raise ValueError("get_tensor_async needs a writable C-contiguous array")
+            data = ffi.from_buffer(out)
         self._in_flight.append(out)
-        check(lib.clm_backend_get_tensor_async(self._handle(), tensor.c, ffi.from_buffer(out),
-                                               offset, out.nbytes), "get_tensor_async")
+        check(lib.clm_backend_get_tensor_async(self._handle(), tensor.c, data, offset,
+                                               out.nbytes), "get_tensor_async")
         return out
 
     def cpy_tensor_async(self, dst_backend: "Backend", src: Tensor, dst: Tensor) -> None:

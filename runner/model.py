@@ -157,14 +157,17 @@ def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits", out_ids
         raise _nonfinite_error(logits, first // logits.shape[1], pos, seq_ids, path, what, out_ids)
 
 
-def _scan_logits(logits: np.ndarray, pos, seq_ids, path, banned) -> list:
+def _scan_logits(logits: np.ndarray, pos, seq_ids, path, banned, data=None) -> list:
     """_check_logits for a decode step whose rows are its tokens, one backend.logits_scan pass
     per row that also gives the row's greedy pick without the ids banned[r] (None: no pick
-    wanted, the row is only checked); returns the picks (None where none was wanted)."""
+    wanted, the row is only checked); returns the picks (None where none was wanted). data: a
+    pointer to the logits (float *), when the caller has one."""
     picks = []
+    width = logits.shape[1]
     for r in range(logits.shape[0]):
         bans = banned[r]
-        first, best = be.logits_scan(logits[r], bans)
+        first, best = be.logits_scan(logits[r], bans,
+                                     None if data is None else be.ffi.cast("float *", data) + r * width)
         if first >= 0:
             raise _nonfinite_error(logits, r, pos, seq_ids, path, "logits", None)
         picks.append(None if bans is None else best)
@@ -414,7 +417,8 @@ class Model:
         """decode() of one token per sequence (lists of Python ints), every row wanting logits:
         the engine's steps without a prefill chunk, with no Batch and one scan of the cells.
         banned: per row None, or the ascending ids (Sampler.greedy_bans) its greedy pick skips.
-        Returns the logits float32 [n, n_vocab], checked as decode() checks them, and per row
+        Returns the logits float32 [n, n_vocab], checked as decode() checks them (valid until the
+        next decode_step: they may be read into an array the graph's plan keeps), and per row
         that pick (backend.logits_scan: -1 when every id is banned), None where banned is."""
         n = len(tokens)
         if banned is None:
@@ -447,12 +451,21 @@ class Model:
                       "inp_out_ids": _ONE_ROW if n == 1 else np.arange(n, dtype=np.int32)}
             if self._swa:
                 values["kq_mask_swa"] = kv.mask(n_kv, pos, seq_ids, n_swa=self.hparams.extra["n_swa"])
-            result = self._forward(n, n_kv, n, values, None, False)
+            logits, data = self._forward_step(n, n_kv, values)
         except BaseException:
             kv.release(cells)
             raise
-        rows = result["logits"].reshape(-1, n_vocab)
-        return rows, _scan_logits(rows, pos, seq_ids, self.gguf.path, banned)
+        rows = logits.reshape(-1, n_vocab)
+        return rows, _scan_logits(rows, pos, seq_ids, self.gguf.path, banned, data)
+
+    def _forward_step(self, n_tokens: int, n_kv: int, values: dict):
+        """A decode step's graph run: (logits float32 [n_tokens, n_vocab], a pointer to them or
+        None); the logits may be the plan's kept array (Plan.run_kept), valid until its next run."""
+        fg, plan = self._get_plan(n_tokens, n_kv, n_tokens)
+        kept = plan.run_kept(values)
+        if kept is not None:
+            return kept["logits"]
+        return plan.run(values)["logits"], None
 
     def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback, embeddings=False):
         n = len(tokens)

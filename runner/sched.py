@@ -202,6 +202,7 @@ class Plan:
         self.generation = sched.generation
         self._reads = None                   # _output_reads()
         self._device_steps = None            # _device_only()
+        self._kept = None                    # run_kept()'s outputs
         self.ctx = be.Context(max_tensors=4096)
         self.nodes = [n for n in graph.nodes]
         self.index = {n.address: i for i, n in enumerate(self.nodes)}
@@ -538,18 +539,45 @@ class Plan:
         return uploads, launches, reads, [s.backend for s in slots[:-1]]
 
     @staticmethod
-    def _run_device(values: dict, uploads, launches, reads, syncs) -> dict:
+    def _run_device(values: dict, uploads, launches, reads, syncs, kept=None) -> dict:
         """run() of a device-only plan (a decode step's): the same calls in the same order, each
-        backend's inputs queued straight from the cached tensor pointers."""
+        backend's inputs queued straight from the cached tensor pointers; kept: the outputs go
+        into these (name -> (array, pointer to it)) instead of new arrays."""
         for backend, targets in uploads:
             backend.set_tensors_async([(t, values[name]) for name, t in targets], raw=True)
         for backend, graph in launches:
             backend.graph_compute(graph)
-        out = {name: backend.get_tensor_async(t, np.empty(shape, dtype))
-               for name, backend, t, shape, dtype in reads}
+        if kept is None:
+            out = {name: backend.get_tensor_async(t, np.empty(shape, dtype))
+                   for name, backend, t, shape, dtype in reads}
+        else:
+            out = {name: backend.get_tensor_async(t, kept[name][0], data=kept[name][1])
+                   for name, backend, t, _, _ in reads}
         for backend in syncs:
             backend.synchronize()
         return out
+
+    def run_kept(self, values: dict) -> dict | None:
+        """run() for a caller done with the outputs before the next run of this plan (the
+        engine's decode steps): they are read into arrays the plan keeps (no allocation per
+        step), name -> (array, pointer to its data). None when run() must be used instead (the
+        plan involves the CPU, or a profile is being recorded)."""
+        if profiler.active() is not None:
+            return None
+        steps = self._device_steps
+        if steps is None:
+            steps = self._device_steps = self._device_only()
+        if not steps:
+            return None
+        kept = self._kept
+        if kept is None:
+            kept = {}
+            for name, _, _, shape, dtype in steps[2]:
+                array = np.empty(shape, dtype)
+                kept[name] = (array, be.ffi.from_buffer(array, require_writable=True))
+            self._kept = kept
+        self._run_device(values, *steps, kept=kept)
+        return kept
 
     def _uploads(self) -> list:
         """(backend, [(input name, tensor), ...]) of the device copies of the inputs, per backend
