@@ -186,15 +186,28 @@ def first_nonfinite_f32(values: np.ndarray) -> int:
     return first[0]
 
 
-def logits_scan(row: np.ndarray, banned: np.ndarray | None = None, data=None) -> tuple[int, int]:
+def array_pointer(array: np.ndarray, c_type: str = "char[]"):
+    """A pointer to a C-contiguous numpy array's data, for a caller that hands the same array to
+    the calls here again and again (get_tensor_async(data=), logits_scan(data=), the KV cell
+    scans): each would otherwise export the buffer anew. It keeps the array alive."""
+    if not array.flags.c_contiguous:
+        raise ValueError("array_pointer needs a C-contiguous array")
+    return ffi.from_buffer(c_type, array, require_writable=array.flags.writeable)
+
+
+def logits_scan(row: np.ndarray, banned: np.ndarray | None = None, data=None,
+                at: int = 0) -> tuple[int, int]:
     """(index of the first NaN or inf, greedy pick) of a C-contiguous float32 logits row in one
     pass (clm_logits_scan): -1 when every value is finite; the pick is the lowest id of the
     largest value among the ids not in `banned` (None, or ascending int64 ids), -1 when every id
-    is banned or a value is not finite. data: a float * to the row, when the caller has one."""
+    is banned or a value is not finite. data: array_pointer() of the float32 array whose element
+    `at` starts the row, when the caller keeps one."""
     if data is None:
         if row.dtype != np.float32 or not row.flags.c_contiguous:
             row = np.ascontiguousarray(row, dtype=np.float32)
         data = ffi.from_buffer("float[]", row)
+    else:
+        data = ffi.cast("float *", data) + at
     out = ffi.new("int64_t[2]")
     if banned is None or not banned.size:
         bans, n_bans = ffi.NULL, 0
@@ -1117,23 +1130,21 @@ class Backend(_Owned):
         check(lib.clm_backend_set_tensor_async(self._handle(), tensor.c, ffi.from_buffer(host),
                                                offset, host.nbytes), "set_tensor_async")
 
-    def set_tensors_async(self, pairs, raw: bool = False) -> None:
+    def set_tensors_async(self, pairs) -> None:
         """set_tensor_async of each (tensor, array) in order, at offset 0: a graph's inputs in one
-        call (a decode token uploads five; each call crossing into Python costs on cold caches).
-        raw: the tensors are given as their clm_tensor * (Tensor.c), read once by the caller."""
+        call (a decode token uploads five; each call crossing into Python costs on cold caches)."""
         handle, keep, queue = self._handle(), self._in_flight, lib.clm_backend_set_tensor_async
         for tensor, array in pairs:
             host = np.ascontiguousarray(array)
             keep.append(host)
-            status = queue(handle, tensor if raw else tensor.c, ffi.from_buffer(host), 0,
-                           host.nbytes)
+            status = queue(handle, tensor.c, ffi.from_buffer(host), 0, host.nbytes)
             if status != lib.CLM_OK:
                 check(status, "set_tensor_async")
 
     def get_tensor_async(self, tensor: Tensor, out: np.ndarray | None = None, offset: int = 0,
                          *, data=None) -> np.ndarray:
         """Queue a tensor -> host copy; the returned array is valid after synchronize(). data:
-        the pointer to out's data (ffi.from_buffer(out)), when the caller keeps one."""
+        array_pointer(out), when the caller keeps one."""
         if out is None:
             out = np.empty(tensor.shape, dtype=tensor.dtype)
         if data is None:

@@ -303,17 +303,23 @@ class Engine:
         self._admit()
         model = self.model
         events: list[tuple[Sequence, int | None]] = []
+        # one pass: sequences at the end of the context finish, the others decode their next
+        # token, and the first with prompt tokens left prefills
+        decoding, prefill, max_context = [], None, self.max_context
         for seq in self.seqs.values():
-            if not seq.finished and seq.next_token is not None \
-                    and seq.n_past >= self.max_context:
-                seq.error = ContextFullError(f"generation reached the end of the context "
-                                             f"({self.max_context} tokens)")
-                seq.finish_reason = "length"
-                events.append((seq, None))
+            if seq.finish_reason is not None:
+                continue
+            if seq.next_token is not None:
+                if len(seq.tokens) >= max_context:
+                    seq.error = ContextFullError(f"generation reached the end of the context "
+                                                 f"({max_context} tokens)")
+                    seq.finish_reason = "length"
+                    events.append((seq, None))
+                    continue
+                decoding.append(seq)
+            if prefill is None and seq.pending:
+                prefill = seq
         while True:
-            decoding = [s for s in self.seqs.values()
-                        if not s.finished and s.next_token is not None]
-            prefill = next((s for s in self.seqs.values() if s.pending and not s.finished), None)
             chunk = 0 if prefill is None else \
                 min(len(prefill.pending), max(model.n_batch - len(decoding), 1))
             free = self._free_cells(len(decoding) + chunk)
@@ -327,6 +333,9 @@ class Engine:
             if len(victims) <= 1:
                 break                                  # decode raises ContextFullError
             self._preempt(victims[-1])
+            decoding = [s for s in self.seqs.values()
+                        if not s.finished and s.next_token is not None]
+            prefill = next((s for s in self.seqs.values() if s.pending and not s.finished), None)
         rows = [(s, 1) for s in decoding]
         if prefill is not None and chunk > 0:
             rows.append((prefill, chunk))
@@ -345,7 +354,7 @@ class Engine:
         try:
             if prefill is None:     # one token per sequence: the greedy picks come with the check
                 logits, picks = model.decode_step(
-                    [s.next_token for s in decoding], [s.n_past for s in decoding],
+                    [s.next_token for s in decoding], [len(s.tokens) for s in decoding],
                     [s.id for s in decoding], [s.sampler.greedy_bans for s in decoding])
             else:
                 tokens, pos, seq_ids, want = [], [], [], []

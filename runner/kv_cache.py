@@ -86,8 +86,8 @@ class KVCache:
         self.pos = np.full(n_ctx, -1, dtype=np.int64)      # -1: empty cell
         self.seq = np.zeros(n_ctx, dtype=np.uint64)        # bit s: the cell belongs to sequence s
         # pointers to both (written in place, never replaced): the C scans take them as they are
-        self._pos_c = be.ffi.from_buffer("int64_t[]", self.pos)
-        self._seq_c = be.ffi.from_buffer("uint64_t[]", self.seq)
+        self._pos_c = be.array_pointer(self.pos, "int64_t[]")
+        self._seq_c = be.array_pointer(self.seq, "uint64_t[]")
 
     @property
     def nbytes(self) -> int:

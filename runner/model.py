@@ -160,14 +160,13 @@ def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits", out_ids
 def _scan_logits(logits: np.ndarray, pos, seq_ids, path, banned, data=None) -> list:
     """_check_logits for a decode step whose rows are its tokens, one backend.logits_scan pass
     per row that also gives the row's greedy pick without the ids banned[r] (None: no pick
-    wanted, the row is only checked); returns the picks (None where none was wanted). data: a
-    pointer to the logits (float *), when the caller has one."""
+    wanted, the row is only checked); returns the picks (None where none was wanted). data:
+    backend.array_pointer(logits), when the caller keeps one."""
     picks = []
     width = logits.shape[1]
     for r in range(logits.shape[0]):
         bans = banned[r]
-        first, best = be.logits_scan(logits[r], bans,
-                                     None if data is None else be.ffi.cast("float *", data) + r * width)
+        first, best = be.logits_scan(logits[r], bans, data, r * width)
         if first >= 0:
             raise _nonfinite_error(logits, r, pos, seq_ids, path, "logits", None)
         picks.append(None if bans is None else best)

@@ -524,15 +524,14 @@ class Plan:
 
     def _device_only(self) -> tuple | bool:
         """What a run of a plan on devices alone does, resolved once: (uploads: [(backend,
-        [(input name, clm_tensor *)])], launches: [(backend, Graph)], reads: [(name, backend,
+        [(input name, tensor)])], launches: [(backend, Graph)], reads: [(name, backend,
         tensor, numpy shape, dtype)], backends to synchronize); False when a split, an input
         or an output involves the CPU, or a split copies from another backend (run() then
         takes its general path)."""
         slots = self.sched.slots
         if self._uses_memory() or any(slots[sp.slot].is_cpu or sp.copies for sp in self.splits):
             return False
-        uploads = [(backend, [(name, t.c) for name, t in targets])
-                   for backend, targets in self._uploads()]
+        uploads = self._uploads()
         launches = [(slots[sp.slot].backend, sp.graph) for sp in self.splits]
         reads = [(name, slots[k].backend, t, shape, dtype)
                  for name, t, k, shape, dtype in self._output_reads()]
@@ -540,11 +539,11 @@ class Plan:
 
     @staticmethod
     def _run_device(values: dict, uploads, launches, reads, syncs, kept=None) -> dict:
-        """run() of a device-only plan (a decode step's): the same calls in the same order, each
-        backend's inputs queued straight from the cached tensor pointers; kept: the outputs go
+        """run() of a device-only plan (a decode step's): the same calls in the same order, with
+        what they act on resolved once; kept: the outputs go
         into these (name -> (array, pointer to it)) instead of new arrays."""
         for backend, targets in uploads:
-            backend.set_tensors_async([(t, values[name]) for name, t in targets], raw=True)
+            backend.set_tensors_async([(t, values[name]) for name, t in targets])
         for backend, graph in launches:
             backend.graph_compute(graph)
         if kept is None:
@@ -574,7 +573,7 @@ class Plan:
             kept = {}
             for name, _, _, shape, dtype in steps[2]:
                 array = np.empty(shape, dtype)
-                kept[name] = (array, be.ffi.from_buffer(array, require_writable=True))
+                kept[name] = (array, be.array_pointer(array))
             self._kept = kept
         self._run_device(values, *steps, kept=kept)
         return kept
