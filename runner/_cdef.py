@@ -178,6 +178,10 @@ clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_
 clm_status clm_kv_cells_used(const int64_t *cell_pos, int64_t n_cells, int64_t *n_used, int64_t *last_used,
                              int64_t *first_free);
 
+clm_status clm_kv_decode_step(int64_t *cell_pos, uint64_t *cell_seq, int64_t n_cells, const int64_t *token_pos,
+                              const int64_t *token_seq, int64_t n_tokens, int64_t n_pad, int64_t *cells,
+                              int64_t *n_used, int64_t *n_kv, uint16_t *mask);
+
 typedef struct clm_vocab clm_vocab;
 #define CLM_BPE_BYTE_LEVEL 1
 #define CLM_BPE_IGNORE_MERGES 2

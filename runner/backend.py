@@ -250,6 +250,19 @@ def kv_cells_used(cell_pos, n_cells: int | None = None) -> tuple[int, int, int]:
     return out[0], out[1], out[2]
 
 
+def kv_decode_step(cell_pos, cell_seq, n_cells: int, token_pos, token_seq, n_pad: int, cells,
+                   mask) -> tuple[int, int]:
+    """A decode step's cells, commit, n_kv and mask in one pass (clm_kv_decode_step): cell_pos /
+    cell_seq as kv_mask takes them (written), the tokens' positions and sequence ids, and
+    array_pointer()s of the int64 cells and the F16 mask to fill. Returns (cells in use before
+    the step, n_kv), n_kv -1 when fewer than len(token_pos) cells are empty (nothing written)."""
+    out = ffi.new("int64_t[2]")
+    check(lib.clm_kv_decode_step(_int64s(cell_pos), cell_seq, n_cells, _int64s(token_pos),
+                                 _int64s(token_seq), len(token_pos), n_pad, cells, out, out + 1,
+                                 mask), "clm_kv_decode_step")
+    return out[0], out[1]
+
+
 # ---- the tokenizer's tables (src/core/vocab.c) ---------------------------------------------
 
 BPE_BYTE_LEVEL = lib.CLM_BPE_BYTE_LEVEL          # flags of VocabTable.bpe

@@ -88,6 +88,7 @@ class KVCache:
         # pointers to both (written in place, never replaced): the C scans take them as they are
         self._pos_c = be.array_pointer(self.pos, "int64_t[]")
         self._seq_c = be.array_pointer(self.seq, "uint64_t[]")
+        self._step_bufs: dict = {}      # decode_cells: token count -> its kept arrays
 
     @property
     def nbytes(self) -> int:
@@ -139,6 +140,28 @@ class KVCache:
                 f"the context is full: {n_tokens} more tokens do not fit in n_ctx={self.n_ctx} "
                 f"({self.n_used()} cells in use); use a larger n_ctx or a shorter prompt")
         return free[:n_tokens].astype(np.int64)
+
+    def decode_cells(self, pos: list[int], seq_ids: list[int]):
+        """A decode step's bookkeeping in one C pass, for tokens at positions `pos` of sequences
+        `seq_ids` (Python ints, one token per sequence): (cells in use before the step, the
+        tokens' cells (int64), n_kv once they hold the tokens, the step's KQ mask as mask()
+        gives it). The cells are committed; when fewer are empty than there are tokens nothing
+        is, and the cells, n_kv and mask are None. The cells and mask are arrays this cache
+        keeps per token count, valid until its next decode_cells."""
+        if min(seq_ids) < 0 or max(seq_ids) >= MAX_SEQ:
+            raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}")
+        n = len(pos)
+        bufs = self._step_bufs.get(n)
+        if bufs is None:
+            cells, mask = np.empty(n, dtype=np.int64), np.empty(n * self.n_ctx, dtype=np.float16)
+            bufs = self._step_bufs[n] = (cells, mask, be.array_pointer(cells, "int64_t[]"),
+                                         be.array_pointer(mask, "uint16_t[]"))
+        cells, mask, cells_c, mask_c = bufs
+        used, n_kv = be.kv_decode_step(self._pos_c, self._seq_c, self.n_ctx, pos, seq_ids,
+                                       N_KV_PAD, cells_c, mask_c)
+        if n_kv < 0:
+            return used, None, None, None
+        return used, cells, n_kv, mask[:n * n_kv].reshape(n, n_kv)
 
     def commit(self, cells: np.ndarray, pos, seq_ids) -> None:
         """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""

@@ -428,25 +428,18 @@ class Model:
         if min(tokens) < 0 or max(tokens) >= n_vocab:
             raise ValueError(f"token ids must be in 0..{n_vocab - 1}")
         kv = self.kv
-        used, last, first = kv.cells_used()
-        if n > self.n_cells - used:
+        used, cells, n_kv, mask = kv.decode_cells(pos, seq_ids)   # committed, one C pass
+        if cells is None or n > self.n_cells - used:
+            if cells is not None:
+                kv.release(cells)
             raise ContextFullError(
                 f"{n} tokens do not fit in the context: {self.n_cells} cells, "
                 f"{used} cells in use; load the model with a larger n_ctx or use a shorter "
                 f"prompt")
-        if n == 1 and first >= 0:           # one scan gives the cell and n_kv
-            cells = np.array([first], dtype=np.int64)
-            n_kv = kv._n_kv_upto(max(last, first))
-        else:
-            cells = kv.find_slots(n)
-            n_kv = None
-        kv.commit(cells, pos, seq_ids)
         try:
-            if n_kv is None:
-                n_kv = kv.n_kv()
             values = {"inp_tokens": np.array(tokens, dtype=np.int32),
                       "inp_pos": np.array(pos, dtype=np.int32),
-                      "kq_mask": kv.mask(n_kv, pos, seq_ids), "kv_idxs": cells,
+                      "kq_mask": mask, "kv_idxs": cells,
                       "inp_out_ids": _ONE_ROW if n == 1 else np.arange(n, dtype=np.int32)}
             if self._swa:
                 values["kq_mask_swa"] = kv.mask(n_kv, pos, seq_ids, n_swa=self.hparams.extra["n_swa"])

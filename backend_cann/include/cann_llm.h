@@ -213,6 +213,15 @@ clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_
                        int64_t n_swa, uint16_t *out);
 clm_status clm_kv_cells_used(const int64_t *cell_pos, int64_t n_cells, int64_t *n_used, int64_t *last_used,
                              int64_t *first_free);
+/* A decode step's cells in one call: *n_used, the cells in use before it; the first n_tokens empty
+ * cells (ascending) to cells[], given the tokens' positions and sequences (0..63); *n_kv, the cells
+ * past the last used one rounded up to n_pad (at least n_pad, at most n_cells); and the step's
+ * clm_kv_mask [n_tokens][n_kv] (no window) to mask (room for n_tokens * n_kv values, at most
+ * n_tokens * n_cells). When fewer than n_tokens cells are empty, nothing is written and *n_kv is
+ * -1 (the context is full). */
+clm_status clm_kv_decode_step(int64_t *cell_pos, uint64_t *cell_seq, int64_t n_cells, const int64_t *token_pos,
+                              const int64_t *token_seq, int64_t n_tokens, int64_t n_pad, int64_t *cells,
+                              int64_t *n_used, int64_t *n_kv, uint16_t *mask);
 /* The tokenizer's tables and merge loop (src/core/vocab.c). Strings are one blob and n + 1 uint32
  * offsets (string i is text[offsets[i] .. offsets[i + 1])); the blobs, offsets and scores stay the
  * caller's and must outlive the vocab. clm_vocab_new indexes the token texts (two equal texts:
