@@ -88,7 +88,7 @@ class KVCache:
         # pointers to both (written in place, never replaced): the C scans take them as they are
         self._pos_c = be.array_pointer(self.pos, "int64_t[]")
         self._seq_c = be.array_pointer(self.seq, "uint64_t[]")
-        self._step_bufs: dict = {}      # decode_cells: token count -> its kept arrays
+        self._step_bufs = None          # decode_cells' kept arrays and their pointers
 
     @property
     def nbytes(self) -> int:
@@ -146,22 +146,22 @@ class KVCache:
         `seq_ids` (Python ints, one token per sequence): (cells in use before the step, the
         tokens' cells (int64), n_kv once they hold the tokens, the step's KQ mask as mask()
         gives it). The cells are committed; when fewer are empty than there are tokens nothing
-        is, and the cells, n_kv and mask are None. The cells and mask are arrays this cache
-        keeps per token count, valid until its next decode_cells."""
+        is, and the cells, n_kv and mask are None. The cells and mask lie in arrays this cache
+        keeps (sized for the most tokens a step has had), valid until its next decode_cells."""
         if min(seq_ids) < 0 or max(seq_ids) >= MAX_SEQ:
             raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}")
         n = len(pos)
-        bufs = self._step_bufs.get(n)
-        if bufs is None:
+        bufs = self._step_bufs
+        if bufs is None or bufs[0].size < n:
             cells, mask = np.empty(n, dtype=np.int64), np.empty(n * self.n_ctx, dtype=np.float16)
-            bufs = self._step_bufs[n] = (cells, mask, be.array_pointer(cells, "int64_t[]"),
-                                         be.array_pointer(mask, "uint16_t[]"))
+            bufs = self._step_bufs = (cells, mask, be.array_pointer(cells, "int64_t[]"),
+                                      be.array_pointer(mask, "uint16_t[]"))
         cells, mask, cells_c, mask_c = bufs
         used, n_kv = be.kv_decode_step(self._pos_c, self._seq_c, self.n_ctx, pos, seq_ids,
                                        N_KV_PAD, cells_c, mask_c)
         if n_kv < 0:
             return used, None, None, None
-        return used, cells, n_kv, mask[:n * n_kv].reshape(n, n_kv)
+        return used, cells[:n], n_kv, mask[:n * n_kv].reshape(n, n_kv)
 
     def commit(self, cells: np.ndarray, pos, seq_ids) -> None:
         """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""
