@@ -224,8 +224,7 @@ def kv_mask(cell_pos, cell_seq, n_kv: int, token_pos, token_seq, n_swa: int = 0)
     (0..63) as int64 arrays or lists of Python ints (a decode step's)."""
     n_tokens = len(token_pos)
     out = np.empty((n_tokens, n_kv), dtype=np.float16)
-    check(lib.clm_kv_mask(_int64s(cell_pos), cell_seq if isinstance(cell_seq, ffi.CData)
-                          else ffi.from_buffer("uint64_t[]", cell_seq),
+    check(lib.clm_kv_mask(_int64s(cell_pos), _uint64s(cell_seq),
                           n_kv, _int64s(token_pos), _int64s(token_seq), n_tokens, n_swa,
                           ffi.from_buffer("uint16_t[]", out)), "clm_kv_mask")
     return out
@@ -238,6 +237,11 @@ def _int64s(values):
     if isinstance(values, ffi.CData):
         return values
     return ffi.from_buffer("int64_t[]", values)
+
+
+def _uint64s(values):
+    """A uint64_t * of a uint64 numpy array, or a pointer (as it is)."""
+    return values if isinstance(values, ffi.CData) else ffi.from_buffer("uint64_t[]", values)
 
 
 def kv_cells_used(cell_pos, n_cells: int | None = None) -> tuple[int, int, int]:
@@ -257,7 +261,7 @@ def kv_decode_step(cell_pos, cell_seq, n_cells: int, token_pos, token_seq, n_pad
     array_pointer()s of the int64 cells and the F16 mask to fill. Returns (cells in use before
     the step, n_kv), n_kv -1 when fewer than len(token_pos) cells are empty (nothing written)."""
     out = ffi.new("int64_t[2]")
-    check(lib.clm_kv_decode_step(_int64s(cell_pos), cell_seq, n_cells, _int64s(token_pos),
+    check(lib.clm_kv_decode_step(_int64s(cell_pos), _uint64s(cell_seq), n_cells, _int64s(token_pos),
                                  _int64s(token_seq), len(token_pos), n_pad, cells, out, out + 1,
                                  mask), "clm_kv_decode_step")
     return out[0], out[1]

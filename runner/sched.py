@@ -540,8 +540,8 @@ class Plan:
     @staticmethod
     def _run_device(values: dict, uploads, launches, reads, syncs, kept=None) -> dict:
         """run() of a device-only plan (a decode step's): the same calls in the same order, with
-        what they act on resolved once; kept: the outputs go
-        into these (name -> (array, pointer to it)) instead of new arrays."""
+        what they act on resolved once; kept: the outputs go into these (name -> (array,
+        pointer to it)) instead of new arrays."""
         for backend, targets in uploads:
             backend.set_tensors_async([(t, values[name]) for name, t in targets])
         for backend, graph in launches:
