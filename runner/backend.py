@@ -188,32 +188,33 @@ def first_nonfinite_f32(values: np.ndarray) -> int:
 
 def array_pointer(array: np.ndarray, c_type: str = "char[]"):
     """A pointer to a C-contiguous numpy array's data, for a caller that hands the same array to
-    the calls here again and again (get_tensor_async(data=), logits_scan(data=), the KV cell
+    the calls here again and again (get_tensor_async(data=), logits_scan_at, the KV cell
     scans): each would otherwise export the buffer anew. It keeps the array alive."""
     if not array.flags.c_contiguous:
         raise ValueError("array_pointer needs a C-contiguous array")
     return ffi.from_buffer(c_type, array, require_writable=array.flags.writeable)
 
 
-def logits_scan(row: np.ndarray, banned: np.ndarray | None = None, data=None,
-                at: int = 0) -> tuple[int, int]:
-    """(index of the first NaN or inf, greedy pick) of a C-contiguous float32 logits row in one
-    pass (clm_logits_scan): -1 when every value is finite; the pick is the lowest id of the
-    largest value among the ids not in `banned` (None, or ascending int64 ids), -1 when every id
-    is banned or a value is not finite. data: array_pointer() of the float32 array whose element
-    `at` starts the row, when the caller keeps one."""
-    if data is None:
-        if row.dtype != np.float32 or not row.flags.c_contiguous:
-            row = np.ascontiguousarray(row, dtype=np.float32)
-        data = ffi.from_buffer("float[]", row)
-    else:
-        data = ffi.cast("float *", data) + at
+def logits_scan(row: np.ndarray, banned: np.ndarray | None = None) -> tuple[int, int]:
+    """(index of the first NaN or inf, greedy pick) of a float32 logits row in one pass
+    (clm_logits_scan): -1 when every value is finite; the pick is the lowest id of the largest
+    value among the ids not in `banned` (None, or ascending int64 ids), -1 when every id is
+    banned or a value is not finite."""
+    if row.dtype != np.float32 or not row.flags.c_contiguous:
+        row = np.ascontiguousarray(row, dtype=np.float32)
+    return logits_scan_at(ffi.from_buffer("float[]", row), 0, row.size, banned)
+
+
+def logits_scan_at(data, at: int, n: int, banned: np.ndarray | None = None) -> tuple[int, int]:
+    """logits_scan of the n values from element `at` of a float32 array whose array_pointer()
+    the caller keeps (no view of the row, no buffer export)."""
     out = ffi.new("int64_t[2]")
     if banned is None or not banned.size:
         bans, n_bans = ffi.NULL, 0
     else:
         bans, n_bans = ffi.from_buffer("int64_t[]", banned), banned.size
-    check(lib.clm_logits_scan(data, row.size, bans, n_bans, out, out + 1), "clm_logits_scan")
+    check(lib.clm_logits_scan(ffi.cast("float *", data) + at, n, bans, n_bans, out, out + 1),
+          "clm_logits_scan")
     return out[0], out[1]
 
 

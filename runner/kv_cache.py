@@ -155,13 +155,16 @@ class KVCache:
         if bufs is None or bufs[0].size < n:
             cells, mask = np.empty(n, dtype=np.int64), np.empty(n * self.n_ctx, dtype=np.float16)
             bufs = self._step_bufs = (cells, mask, be.array_pointer(cells, "int64_t[]"),
-                                      be.array_pointer(mask, "uint16_t[]"))
-        cells, mask, cells_c, mask_c = bufs
+                                      be.array_pointer(mask, "uint16_t[]"), {})
+        cells, mask, cells_c, mask_c, views = bufs
         used, n_kv = be.kv_decode_step(self._pos_c, self._seq_c, self.n_ctx, pos, seq_ids,
                                        N_KV_PAD, cells_c, mask_c)
         if n_kv < 0:
             return used, None, None, None
-        return used, cells[:n], n_kv, mask[:n * n_kv].reshape(n, n_kv)
+        view = views.get((n, n_kv))        # (cells, mask) of this shape, made once
+        if view is None:
+            view = views[n, n_kv] = (cells[:n], mask[:n * n_kv].reshape(n, n_kv))
+        return used, view[0], n_kv, view[1]
 
     def commit(self, cells: np.ndarray, pos, seq_ids) -> None:
         """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""

@@ -163,10 +163,11 @@ def _scan_logits(logits: np.ndarray, pos, seq_ids, path, banned, data=None) -> l
     wanted, the row is only checked); returns the picks (None where none was wanted). data:
     backend.array_pointer(logits), when the caller keeps one."""
     picks = []
-    width = logits.shape[1]
-    for r in range(logits.shape[0]):
+    n_rows, width = logits.shape
+    for r in range(n_rows):
         bans = banned[r]
-        first, best = be.logits_scan(logits[r], bans, data, r * width)
+        first, best = be.logits_scan(logits[r], bans) if data is None else \
+            be.logits_scan_at(data, r * width, width, bans)
         if first >= 0:
             raise _nonfinite_error(logits, r, pos, seq_ids, path, "logits", None)
         picks.append(None if bans is None else best)
