@@ -169,11 +169,18 @@ clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int
 
 clm_status clm_find_nonfinite(int32_t type, const void *data, int64_t n_elements, int64_t *first_bad);
 
+clm_status clm_logits_scan(const float *x, int64_t n, const int64_t *banned, int64_t n_banned, int64_t *first_bad,
+                           int64_t *best);
+
 clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv,
                        const int64_t *token_pos, const int64_t *token_seq, int64_t n_tokens,
                        int64_t n_swa, uint16_t *out);
 clm_status clm_kv_cells_used(const int64_t *cell_pos, int64_t n_cells, int64_t *n_used, int64_t *last_used,
                              int64_t *first_free);
+
+clm_status clm_kv_decode_step(int64_t *cell_pos, uint64_t *cell_seq, int64_t n_cells, const int64_t *token_pos,
+                              const int64_t *token_seq, int64_t n_tokens, int64_t n_pad, int64_t *cells,
+                              int64_t *n_used, int64_t *n_kv, uint16_t *mask);
 
 typedef struct clm_vocab clm_vocab;
 #define CLM_BPE_BYTE_LEVEL 1

@@ -186,27 +186,86 @@ def first_nonfinite_f32(values: np.ndarray) -> int:
     return first[0]
 
 
-def kv_mask(cell_pos: np.ndarray, cell_seq: np.ndarray, n_kv: int, token_pos: np.ndarray,
-            token_seq: np.ndarray, n_swa: int = 0) -> np.ndarray:
+def array_pointer(array: np.ndarray, c_type: str = "char[]"):
+    """A pointer to a C-contiguous numpy array's data, for a caller that hands the same array to
+    the calls here again and again (get_tensor_async(data=), logits_scan_at, the KV cell
+    scans): each would otherwise export the buffer anew. It keeps the array alive."""
+    if not array.flags.c_contiguous:
+        raise ValueError("array_pointer needs a C-contiguous array")
+    return ffi.from_buffer(c_type, array, require_writable=array.flags.writeable)
+
+
+def logits_scan(row: np.ndarray, banned: np.ndarray | None = None) -> tuple[int, int]:
+    """(index of the first NaN or inf, greedy pick) of a float32 logits row in one pass
+    (clm_logits_scan): -1 when every value is finite; the pick is the lowest id of the largest
+    value among the ids not in `banned` (None, or ascending int64 ids), -1 when every id is
+    banned or a value is not finite."""
+    if row.dtype != np.float32 or not row.flags.c_contiguous:
+        row = np.ascontiguousarray(row, dtype=np.float32)
+    return logits_scan_at(ffi.from_buffer("float[]", row), 0, row.size, banned)
+
+
+def logits_scan_at(data, at: int, n: int, banned: np.ndarray | None = None) -> tuple[int, int]:
+    """logits_scan of the n values from element `at` of a float32 array whose array_pointer()
+    the caller keeps (no view of the row, no buffer export)."""
+    out = ffi.new("int64_t[2]")
+    if banned is None or not banned.size:
+        bans, n_bans = ffi.NULL, 0
+    else:
+        bans, n_bans = ffi.from_buffer("int64_t[]", banned), banned.size
+    check(lib.clm_logits_scan(ffi.cast("float *", data) + at, n, bans, n_bans, out, out + 1),
+          "clm_logits_scan")
+    return out[0], out[1]
+
+
+def kv_mask(cell_pos, cell_seq, n_kv: int, token_pos, token_seq, n_swa: int = 0) -> np.ndarray:
     """The F16 attention mask [n_tokens, n_kv] of a micro-batch over the first n_kv cells
-    (clm_kv_mask): cell_pos int64 (-1: empty) and cell_seq uint64 bit sets of the cache, the
-    tokens' int64 positions and sequence ids (0..63)."""
+    (clm_kv_mask): cell_pos int64 (-1: empty) and cell_seq uint64 bit sets of the cache (numpy
+    arrays, or pointers to them: KVCache keeps its own), the tokens' positions and sequence ids
+    (0..63) as int64 arrays or lists of Python ints (a decode step's)."""
     n_tokens = len(token_pos)
     out = np.empty((n_tokens, n_kv), dtype=np.float16)
-    check(lib.clm_kv_mask(ffi.from_buffer("int64_t[]", cell_pos), ffi.from_buffer("uint64_t[]", cell_seq),
-                          n_kv, ffi.from_buffer("int64_t[]", token_pos),
-                          ffi.from_buffer("int64_t[]", token_seq), n_tokens, n_swa,
+    check(lib.clm_kv_mask(_int64s(cell_pos), _uint64s(cell_seq),
+                          n_kv, _int64s(token_pos), _int64s(token_seq), n_tokens, n_swa,
                           ffi.from_buffer("uint16_t[]", out)), "clm_kv_mask")
     return out
 
 
-def kv_cells_used(cell_pos: np.ndarray) -> tuple[int, int, int]:
+def _int64s(values):
+    """An int64_t * of an int64 numpy array, a list of Python ints or a pointer (as it is)."""
+    if type(values) is list:
+        return ffi.new("int64_t[]", values)
+    if isinstance(values, ffi.CData):
+        return values
+    return ffi.from_buffer("int64_t[]", values)
+
+
+def _uint64s(values):
+    """A uint64_t * of a uint64 numpy array, or a pointer (as it is)."""
+    return values if isinstance(values, ffi.CData) else ffi.from_buffer("uint64_t[]", values)
+
+
+def kv_cells_used(cell_pos, n_cells: int | None = None) -> tuple[int, int, int]:
     """(cells holding a position, index of the last such cell, index of the first empty cell),
-    -1 for an index there is none of, for int64 cell_pos (-1: empty)."""
+    -1 for an index there is none of, for int64 cell_pos (-1: empty): a numpy array, or a
+    pointer to n_cells of them."""
     out = ffi.new("int64_t[3]")
-    check(lib.clm_kv_cells_used(ffi.from_buffer("int64_t[]", cell_pos), len(cell_pos), out, out + 1,
-                                out + 2), "clm_kv_cells_used")
+    check(lib.clm_kv_cells_used(_int64s(cell_pos), len(cell_pos) if n_cells is None else n_cells,
+                                out, out + 1, out + 2), "clm_kv_cells_used")
     return out[0], out[1], out[2]
+
+
+def kv_decode_step(cell_pos, cell_seq, n_cells: int, token_pos, token_seq, n_pad: int, cells,
+                   mask) -> tuple[int, int]:
+    """A decode step's cells, commit, n_kv and mask in one pass (clm_kv_decode_step): cell_pos /
+    cell_seq as kv_mask takes them (written), the tokens' positions and sequence ids, and
+    array_pointer()s of the int64 cells and the F16 mask to fill. Returns (cells in use before
+    the step, n_kv), n_kv -1 when fewer than len(token_pos) cells are empty (nothing written)."""
+    out = ffi.new("int64_t[2]")
+    check(lib.clm_kv_decode_step(_int64s(cell_pos), _uint64s(cell_seq), n_cells, _int64s(token_pos),
+                                 _int64s(token_seq), len(token_pos), n_pad, cells, out, out + 1,
+                                 mask), "clm_kv_decode_step")
+    return out[0], out[1]
 
 
 # ---- the tokenizer's tables (src/core/vocab.c) ---------------------------------------------
@@ -1140,16 +1199,19 @@ class Backend(_Owned):
             if status != lib.CLM_OK:
                 check(status, "set_tensor_async")
 
-    def get_tensor_async(self, tensor: Tensor, out: np.ndarray | None = None,
-                         offset: int = 0) -> np.ndarray:
-        """Queue a tensor -> host copy; the returned array is valid after synchronize()."""
+    def get_tensor_async(self, tensor: Tensor, out: np.ndarray | None = None, offset: int = 0,
+                         *, data=None) -> np.ndarray:
+        """Queue a tensor -> host copy; the returned array is valid after synchronize(). data:
+        array_pointer(out), when the caller keeps one."""
         if out is None:
             out = np.empty(tensor.shape, dtype=tensor.dtype)
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("get_tensor_async needs a writable C-contiguous array")
+        if data is None:
+            if not out.flags.c_contiguous or not out.flags.writeable:
+                raise ValueError("get_tensor_async needs a writable C-contiguous array")
+            data = ffi.from_buffer(out)
         self._in_flight.append(out)
-        check(lib.clm_backend_get_tensor_async(self._handle(), tensor.c, ffi.from_buffer(out),
-                                               offset, out.nbytes), "get_tensor_async")
+        check(lib.clm_backend_get_tensor_async(self._handle(), tensor.c, data, offset,
+                                               out.nbytes), "get_tensor_async")
         return out
 
     def cpy_tensor_async(self, dst_backend: "Backend", src: Tensor, dst: Tensor) -> None:

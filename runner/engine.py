@@ -294,6 +294,8 @@ class Engine:
         """One forward: the sampled token of every decoding sequence plus one prefill chunk (up
         to n_batch tokens in all). Returns (sequence, token) for every sequence that drew a token
         or finished in this step (token None when it finished without one)."""
+        if profiler.active() is None:
+            return self._step()
         with profiler.span("engine step", sequences=len(self.seqs)):
             return self._step()
 
@@ -301,17 +303,23 @@ class Engine:
         self._admit()
         model = self.model
         events: list[tuple[Sequence, int | None]] = []
+        # one pass: sequences at the end of the context finish, the others decode their next
+        # token, and the first with prompt tokens left prefills
+        decoding, prefill, max_context = [], None, self.max_context
         for seq in self.seqs.values():
-            if not seq.finished and seq.next_token is not None \
-                    and seq.n_past >= self.max_context:
-                seq.error = ContextFullError(f"generation reached the end of the context "
-                                             f"({self.max_context} tokens)")
-                seq.finish_reason = "length"
-                events.append((seq, None))
+            if seq.finish_reason is not None:
+                continue
+            if seq.next_token is not None:
+                if len(seq.tokens) >= max_context:
+                    seq.error = ContextFullError(f"generation reached the end of the context "
+                                                 f"({max_context} tokens)")
+                    seq.finish_reason = "length"
+                    events.append((seq, None))
+                    continue
+                decoding.append(seq)
+            if prefill is None and seq.pending:
+                prefill = seq
         while True:
-            decoding = [s for s in self.seqs.values()
-                        if not s.finished and s.next_token is not None]
-            prefill = next((s for s in self.seqs.values() if s.pending and not s.finished), None)
             chunk = 0 if prefill is None else \
                 min(len(prefill.pending), max(model.n_batch - len(decoding), 1))
             free = self._free_cells(len(decoding) + chunk)
@@ -325,6 +333,9 @@ class Engine:
             if len(victims) <= 1:
                 break                                  # decode raises ContextFullError
             self._preempt(victims[-1])
+            decoding = [s for s in self.seqs.values()
+                        if not s.finished and s.next_token is not None]
+            prefill = next((s for s in self.seqs.values() if s.pending and not s.finished), None)
         rows = [(s, 1) for s in decoding]
         if prefill is not None and chunk > 0:
             rows.append((prefill, chunk))
@@ -338,16 +349,22 @@ class Engine:
                     f"nothing else runs: {held} finished sequences still hold cells (release "
                     f"them) or the cache is too small")
             return events
-        tokens, pos, seq_ids, want = [], [], [], []
-        for seq, n in rows:
-            todo = [seq.next_token] if seq is not prefill else seq.pending[:n]
-            tokens += todo
-            pos += range(seq.n_past, seq.n_past + n)
-            seq_ids += [seq.id] * n
-            want += [False] * (n - 1) + [seq is not prefill or n == len(seq.pending)]
         masks = self._prepare_masks(rows, prefill)
+        picks = None
         try:
-            logits = model.decode(Batch(tokens, pos, seq_ids, want))
+            if prefill is None:     # one token per sequence: the greedy picks come with the check
+                logits, picks = model.decode_step(
+                    [s.next_token for s in decoding], [len(s.tokens) for s in decoding],
+                    [s.id for s in decoding], [s.sampler.greedy_bans for s in decoding])
+            else:
+                tokens, pos, seq_ids, want = [], [], [], []
+                for seq, n in rows:
+                    todo = [seq.next_token] if seq is not prefill else seq.pending[:n]
+                    tokens += todo
+                    pos += range(seq.n_past, seq.n_past + n)
+                    seq_ids += [seq.id] * n
+                    want += [False] * (n - 1) + [seq is not prefill or n == len(seq.pending)]
+                logits = model.decode(Batch(tokens, pos, seq_ids, want))
         except BaseException:               # micro-batches that went in before the failure
             for seq, _ in rows:
                 model.kv.seq_rm(seq.id, seq.n_past, None)
@@ -373,7 +390,8 @@ class Engine:
             else:
                 seq.tokens.append(seq.next_token)
                 seq.next_token = None
-            events.append((seq, self._draw_safely(seq, logits[row])))
+            events.append((seq, self._draw_safely(seq, logits[row],
+                                                  None if picks is None else picks[row])))
             row += 1
         return events
 
@@ -399,20 +417,24 @@ class Engine:
         child.history = list(parent.history)
         child.n_cached, child.t_prompt_done = parent.n_cached, now
 
-    def _draw_safely(self, seq: Sequence, logits: np.ndarray) -> int | None:
+    def _draw_safely(self, seq: Sequence, logits: np.ndarray, pick: int | None = None) -> int | None:
         try:
-            return self._draw(seq, logits)
+            return self._draw(seq, logits, pick)
         except ValueError as exc:       # e.g. logit_bias banned every token
             seq.error, seq.finish_reason = exc, "error"
             return None
 
-    def _draw(self, seq: Sequence, logits: np.ndarray) -> int | None:
-        """Sample the next token and apply the stop conditions (the order generate() had)."""
+    def _draw(self, seq: Sequence, logits: np.ndarray, pick: int | None = None) -> int | None:
+        """Sample the next token and apply the stop conditions (the order generate() had); pick:
+        the greedy pick of the decode step's logits scan (Sampler.sample)."""
         if seq.max_tokens is not None and len(seq.generated) >= seq.max_tokens:
             seq.finish_reason = "length"
             return None
-        with profiler.span("sample"):
-            token = seq.sampler.sample(logits, seq.history)
+        if profiler.active() is None:
+            token = seq.sampler.sample(logits, seq.history, pick)
+        else:
+            with profiler.span("sample"):
+                token = seq.sampler.sample(logits, seq.history, pick)
         if self.model.tokenizer.is_eog(token) or token in seq.stop_ids:
             seq.finish_reason = "stop"
             return None

@@ -85,6 +85,10 @@ class KVCache:
             buf.clear(0)
         self.pos = np.full(n_ctx, -1, dtype=np.int64)      # -1: empty cell
         self.seq = np.zeros(n_ctx, dtype=np.uint64)        # bit s: the cell belongs to sequence s
+        # pointers to both (written in place, never replaced): the C scans take them as they are
+        self._pos_c = be.array_pointer(self.pos, "int64_t[]")
+        self._seq_c = be.array_pointer(self.seq, "uint64_t[]")
+        self._step_bufs = None          # decode_cells' kept arrays and their pointers
 
     @property
     def nbytes(self) -> int:
@@ -97,12 +101,17 @@ class KVCache:
         self.ctx.close()
 
     # ---- cells ---------------------------------------------------------------------------------
+    def cells_used(self) -> tuple[int, int, int]:
+        """(cells in use, the last used cell, the first empty cell; -1 where there is none): one
+        scan in C."""
+        return be.kv_cells_used(self._pos_c, self.n_ctx)
+
     def n_used(self) -> int:
-        return be.kv_cells_used(self.pos)[0]
+        return self.cells_used()[0]
 
     def n_kv(self, extra_cells: np.ndarray | None = None) -> int:
         """Cells the attention looks at: past the last used cell, rounded up to N_KV_PAD."""
-        last = be.kv_cells_used(self.pos)[1]
+        last = self.cells_used()[1]
         if extra_cells is not None and len(extra_cells):
             last = max(last, int(np.max(extra_cells)))
         return self._n_kv_upto(last)
@@ -114,7 +123,7 @@ class KVCache:
     def find_slot(self) -> tuple[np.ndarray, int]:
         """A decode step's cell, as find_slots(1), and n_kv() as it is once that cell holds the
         token: one scan of the cells instead of two."""
-        _, last, first = be.kv_cells_used(self.pos)
+        _, last, first = self.cells_used()
         if first < 0:
             return self.find_slots(1), self.n_kv()      # ContextFullError
         return np.array([first], dtype=np.int64), self._n_kv_upto(max(last, first))
@@ -122,7 +131,7 @@ class KVCache:
     def find_slots(self, n_tokens: int) -> np.ndarray:
         """The first n_tokens empty cells (int64), or ContextFullError."""
         if n_tokens == 1:                  # a decode step
-            first = be.kv_cells_used(self.pos)[2]
+            first = self.cells_used()[2]
             if first >= 0:
                 return np.array([first], dtype=np.int64)
         free = np.flatnonzero(self.pos < 0)
@@ -131,6 +140,31 @@ class KVCache:
                 f"the context is full: {n_tokens} more tokens do not fit in n_ctx={self.n_ctx} "
                 f"({self.n_used()} cells in use); use a larger n_ctx or a shorter prompt")
         return free[:n_tokens].astype(np.int64)
+
+    def decode_cells(self, pos: list[int], seq_ids: list[int]):
+        """A decode step's bookkeeping in one C pass, for tokens at positions `pos` of sequences
+        `seq_ids` (Python ints, one token per sequence): (cells in use before the step, the
+        tokens' cells (int64), n_kv once they hold the tokens, the step's KQ mask as mask()
+        gives it). The cells are committed; when fewer are empty than there are tokens nothing
+        is, and the cells, n_kv and mask are None. The cells and mask lie in arrays this cache
+        keeps (sized for the most tokens a step has had), valid until its next decode_cells."""
+        if min(seq_ids) < 0 or max(seq_ids) >= MAX_SEQ:
+            raise ValueError(f"sequence ids must be in 0..{MAX_SEQ - 1}")
+        n = len(pos)
+        bufs = self._step_bufs
+        if bufs is None or bufs[0].size < n:
+            cells, mask = np.empty(n, dtype=np.int64), np.empty(n * self.n_ctx, dtype=np.float16)
+            bufs = self._step_bufs = (cells, mask, be.array_pointer(cells, "int64_t[]"),
+                                      be.array_pointer(mask, "uint16_t[]"), {})
+        cells, mask, cells_c, mask_c, views = bufs
+        used, n_kv = be.kv_decode_step(self._pos_c, self._seq_c, self.n_ctx, pos, seq_ids,
+                                       N_KV_PAD, cells_c, mask_c)
+        if n_kv < 0:
+            return used, None, None, None
+        view = views.get((n, n_kv))        # (cells, mask) of this shape, made once
+        if view is None:
+            view = views[n, n_kv] = (cells[:n], mask[:n * n_kv].reshape(n, n_kv))
+        return used, view[0], n_kv, view[1]
 
     def commit(self, cells: np.ndarray, pos, seq_ids) -> None:
         """Record that `cells` now hold tokens at positions `pos` of sequences `seq_ids`."""
@@ -159,9 +193,12 @@ class KVCache:
         cell j (same sequence, cell position <= the token's), -inf elsewhere (other sequences,
         future positions, empty cells). n_swa > 0: the sliding window of local attention layers
         also hides cells n_swa or more positions behind the token (llama.cpp's standard SWA)."""
-        return be.kv_mask(self.pos[:n_kv], self.seq[:n_kv], n_kv,
-                          np.ascontiguousarray(pos, dtype=np.int64),
-                          np.ascontiguousarray(seq_ids, dtype=np.int64), n_swa)
+        if type(pos) is not list or type(seq_ids) is not list:    # a decode step's Python ints
+            pos = np.ascontiguousarray(pos, dtype=np.int64)          # go as they are
+            seq_ids = np.ascontiguousarray(seq_ids, dtype=np.int64)
+        if not 0 <= n_kv <= self.n_ctx:
+            raise ValueError(f"n_kv={n_kv} is not in 0..{self.n_ctx}")
+        return be.kv_mask(self._pos_c, self._seq_c, n_kv, pos, seq_ids, n_swa)
 
     # ---- sequence operations (llama_memory_seq_*) ------------------------------------------------
     def clear(self) -> None:

@@ -155,12 +155,31 @@ def _check_logits(logits: np.ndarray, pos, seq_ids, path, what="logits", out_ids
     """NonFiniteLogitsError naming the first row (position, sequence) with a NaN or inf; row r
     of `logits` is token out_ids[r] of (pos, seq_ids) (None: token r), looked up only then."""
     first = be.first_nonfinite_f32(logits)     # one pass in C, no temporaries
-    if first < 0:
-        return
-    row = first // logits.shape[1]
+    if first >= 0:
+        raise _nonfinite_error(logits, first // logits.shape[1], pos, seq_ids, path, what, out_ids)
+
+
+def _scan_logits(logits: np.ndarray, pos, seq_ids, path, banned, data=None) -> list:
+    """_check_logits for a decode step whose rows are its tokens, one backend.logits_scan pass
+    per row that also gives the row's greedy pick without the ids banned[r] (None: no pick
+    wanted, the row is only checked); returns the picks (None where none was wanted). data:
+    backend.array_pointer(logits), when the caller keeps one."""
+    picks = []
+    n_rows, width = logits.shape
+    for r in range(n_rows):
+        bans = banned[r]
+        first, best = be.logits_scan(logits[r], bans) if data is None else \
+            be.logits_scan_at(data, r * width, width, bans)
+        if first >= 0:
+            raise _nonfinite_error(logits, r, pos, seq_ids, path, "logits", None)
+        picks.append(None if bans is None else best)
+    return picks
+
+
+def _nonfinite_error(logits: np.ndarray, row: int, pos, seq_ids, path, what, out_ids):
     n_bad = int((~np.isfinite(logits[row])).sum())
     token = row if out_ids is None else int(out_ids[row])
-    raise NonFiniteLogitsError(
+    return NonFiniteLogitsError(
         f"the {what} at position {int(pos[token])} (sequence {int(seq_ids[token])}) hold {n_bad} "
         f"NaN/inf values: a weight or an op went bad; `cann-llm diff {path} -p PROMPT` finds "
         f"the first tensor that did")
@@ -396,6 +415,54 @@ class Model:
                 return None
             outs.append(out)
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
+
+    def decode_step(self, tokens: list[int], pos: list[int], seq_ids: list[int],
+                    banned: list | None = None) -> tuple[np.ndarray, list]:
+        """decode() of one token per sequence (lists of Python ints), every row wanting logits:
+        the engine's steps without a prefill chunk, with no Batch and one scan of the cells.
+        banned: per row None, or the ascending ids (Sampler.greedy_bans) its greedy pick skips.
+        Returns the logits float32 [n, n_vocab], checked as decode() checks them (valid until the
+        next decode_step: they may be read into an array the graph's plan keeps), and per row
+        that pick (backend.logits_scan: -1 when every id is banned), None where banned is."""
+        n = len(tokens)
+        if banned is None:
+            banned = [None] * n
+        if n == 0 or n > self.n_batch:
+            return self.decode(Batch(tokens, pos, seq_ids, [True] * n)), [None] * n
+        n_vocab = self.hparams.n_vocab
+        if min(tokens) < 0 or max(tokens) >= n_vocab:
+            raise ValueError(f"token ids must be in 0..{n_vocab - 1}")
+        kv = self.kv
+        used, cells, n_kv, mask = kv.decode_cells(pos, seq_ids)   # committed, one C pass
+        if cells is None or n > self.n_cells - used:
+            if cells is not None:
+                kv.release(cells)
+            raise ContextFullError(
+                f"{n} tokens do not fit in the context: {self.n_cells} cells, "
+                f"{used} cells in use; load the model with a larger n_ctx or use a shorter "
+                f"prompt")
+        try:
+            values = {"inp_tokens": np.array(tokens, dtype=np.int32),
+                      "inp_pos": np.array(pos, dtype=np.int32),
+                      "kq_mask": mask, "kv_idxs": cells,
+                      "inp_out_ids": _ONE_ROW if n == 1 else np.arange(n, dtype=np.int32)}
+            if self._swa:
+                values["kq_mask_swa"] = kv.mask(n_kv, pos, seq_ids, n_swa=self.hparams.extra["n_swa"])
+            logits, data = self._forward_step(n, n_kv, values)
+        except BaseException:
+            kv.release(cells)
+            raise
+        rows = logits.reshape(-1, n_vocab)
+        return rows, _scan_logits(rows, pos, seq_ids, self.gguf.path, banned, data)
+
+    def _forward_step(self, n_tokens: int, n_kv: int, values: dict):
+        """A decode step's graph run: (logits float32 [n_tokens, n_vocab], a pointer to them or
+        None); the logits may be the plan's kept array (Plan.run_kept), valid until its next run."""
+        fg, plan = self._get_plan(n_tokens, n_kv, n_tokens)
+        kept = plan.run_kept(values)
+        if kept is not None:
+            return kept["logits"]
+        return plan.run(values)["logits"], None
 
     def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback, embeddings=False):
         n = len(tokens)

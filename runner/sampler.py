@@ -95,6 +95,7 @@ class Sampler:
         self._bias_vals = np.fromiter(self.logit_bias.values(), dtype=np.float32,
                                       count=len(self.logit_bias))
         self._bias_bans_only = bool(self._bias_vals.size) and bool(np.all(self._bias_vals == -np.inf))
+        self._bans_sorted = np.sort(self._bias_ids) if self._bias_bans_only else None
         if seed is None or int(seed) < 0:      # llama.cpp: -1 means a random seed
             seed = int.from_bytes(os.urandom(4), "little")
         self.seed = int(seed)
@@ -113,6 +114,18 @@ class Sampler:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def greedy_bans(self) -> np.ndarray | None:
+        """When this sampler's pick is the argmax of the raw logits without some banned ids
+        (greedy, no penalties, no grammar, a logit bias of bans only or none): those ids,
+        ascending (int64, maybe empty). A caller that scanned the logits for that pick
+        (backend.logits_scan) passes it to sample(). None when sampling needs the logits."""
+        if self.temperature > 0.0 or self._penalize or self.matcher is not None:
+            return None
+        if not self._bias_ids.size:
+            return self._bias_ids
+        return self._bans_sorted
 
     def reset(self, seed: int | None = None) -> None:
         """Restart the random stream (with the same seed unless one is given)."""
@@ -219,8 +232,14 @@ class Sampler:
         picked = np.sort(np.concatenate((above, tied)))
         return picked if ids is None else ids[picked]
 
-    def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
-        """The next token id for float32 logits [n_vocab] after the tokens in `history`."""
+    def sample(self, logits: np.ndarray, history: Sequence[int] = (), pick: int | None = None) -> int:
+        """The next token id for float32 logits [n_vocab] after the tokens in `history`. pick:
+        backend.logits_scan's greedy pick over these logits, all finite, without greedy_bans
+        (-1: every id banned); used only while greedy_bans is not None."""
+        if pick is not None and self.greedy_bans is not None:
+            if pick < 0:
+                raise ValueError(self._all_banned())
+            return pick
         if type(logits) is not np.ndarray:
             logits = np.asarray(logits)
         if logits.ndim != 1 or logits.shape[0] == 0:

@@ -206,6 +206,8 @@ class Plan:
         self.outputs = dict(outputs)         # name -> Tensor to read after run()
         self.generation = sched.generation
         self._reads = None                   # _output_reads()
+        self._device_steps = None            # _device_only()
+        self._kept = None                    # run_kept()'s outputs
         self.ctx = be.Context(max_tensors=4096)
         self.nodes = [n for n in graph.nodes]
         self.index = {n.address: i for i, n in enumerate(self.nodes)}
@@ -473,8 +475,14 @@ class Plan:
         node is shown to it (plan with split_each_node=True to see every node); a False return
         stops the run and run() returns None. A callback taking a sixth positional argument also
         gets an EvalNode (source names and values, write-back)."""
-        sched, slots = self.sched, self.sched.slots
         prof = profiler.active()
+        if prof is None and eval_callback is None and read_outputs:
+            steps = self._device_steps
+            if steps is None:
+                steps = self._device_steps = self._device_only()
+            if steps:
+                return self._run_device(values, *steps)
+        sched, slots = self.sched, self.sched.slots
         span = _no_span if prof is None else prof.span
         launches: dict = {}                 # device slot -> host times of its graph launches (us)
         mem = ref.Memory() if self._uses_memory() else None
@@ -518,6 +526,62 @@ class Plan:
                 s.backend.synchronize()
         self._record_nodes(prof, launches)
         return out
+
+    def _device_only(self) -> tuple | bool:
+        """What a run of a plan on devices alone does, resolved once: (uploads: [(backend,
+        [(input name, tensor)])], launches: [(backend, Graph)], reads: [(name, backend,
+        tensor, numpy shape, dtype)], backends to synchronize); False when a split, an input
+        or an output involves the CPU, or a split copies from another backend (run() then
+        takes its general path)."""
+        slots = self.sched.slots
+        if self._uses_memory() or any(slots[sp.slot].is_cpu or sp.copies for sp in self.splits):
+            return False
+        uploads = self._uploads()
+        launches = [(slots[sp.slot].backend, sp.graph) for sp in self.splits]
+        reads = [(name, slots[k].backend, t, shape, dtype)
+                 for name, t, k, shape, dtype in self._output_reads()]
+        return uploads, launches, reads, [s.backend for s in slots[:-1]]
+
+    @staticmethod
+    def _run_device(values: dict, uploads, launches, reads, syncs, kept=None) -> dict:
+        """run() of a device-only plan (a decode step's): the same calls in the same order, with
+        what they act on resolved once; kept: the outputs go into these (name -> (array,
+        pointer to it)) instead of new arrays."""
+        for backend, targets in uploads:
+            backend.set_tensors_async([(t, values[name]) for name, t in targets])
+        for backend, graph in launches:
+            backend.graph_compute(graph)
+        if kept is None:
+            out = {name: backend.get_tensor_async(t, np.empty(shape, dtype))
+                   for name, backend, t, shape, dtype in reads}
+        else:
+            out = {name: backend.get_tensor_async(t, kept[name][0], data=kept[name][1])
+                   for name, backend, t, _, _ in reads}
+        for backend in syncs:
+            backend.synchronize()
+        return out
+
+    def run_kept(self, values: dict) -> dict | None:
+        """run() for a caller done with the outputs before the next run of this plan (the
+        engine's decode steps): they are read into arrays the plan keeps (no allocation per
+        step), name -> (array, pointer to its data). None when run() must be used instead (the
+        plan involves the CPU, or a profile is being recorded)."""
+        if profiler.active() is not None:
+            return None
+        steps = self._device_steps
+        if steps is None:
+            steps = self._device_steps = self._device_only()
+        if not steps:
+            return None
+        kept = self._kept
+        if kept is None:
+            kept = {}
+            for name, _, _, shape, dtype in steps[2]:
+                array = np.empty(shape, dtype)
+                kept[name] = (array, be.array_pointer(array))
+            self._kept = kept
+        self._run_device(values, *steps, kept=kept)
+        return kept
 
     def _uploads(self) -> list:
         """(backend, [(input name, tensor), ...]) of the device copies of the inputs, per backend

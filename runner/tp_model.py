@@ -183,6 +183,9 @@ class TPModel(Model):
             raise RankError(f"a tensor-parallel rank failed: {self._failed}") from None
         return {"embd" if embeddings else "logits": outs[0]}
 
+    def _forward_step(self, n_tokens, n_kv, values):
+        return self._forward(n_tokens, n_kv, n_tokens, values, None, False)["logits"], None
+
     def describe(self) -> str:
         hp = self.hparams
         lines = [f"model: {hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}, n_head "

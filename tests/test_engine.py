@@ -10,6 +10,7 @@ import pytest
 
 import cann_llm
 from cann_llm.engine import Engine
+from cann_llm.model import Batch
 from cann_llm.sampler import Sampler, SamplingParams
 
 from conftest import GOLDEN_Q4_1 as GOLDEN
@@ -78,6 +79,29 @@ def test_generate_is_the_engine_alone(smol):
     got, _ = _run_alone(engine, prompt, params, 8)
     kw = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
     assert list(smol.generate(prompt, max_tokens=8, **kw)) == got
+
+
+def test_decode_steps_pick_what_the_sampler_picks_from_their_logits(smol):
+    """Steps without a prefill chunk take the greedy pick from the logits check's scan
+    (Model.decode_step): the same tokens as decode() of each token and Sampler.sample on its
+    logits, with a ban that changes the first pick."""
+    prompt = _requests(smol)[0][0]
+    smol.kv.clear()
+    smol._seq_tokens = []
+    free = list(smol.generate(prompt, max_tokens=1, temperature=0))
+    ban = {free[0]: float("-inf"), **{t: float("-inf") for t in smol.tokenizer.eog_ids}}
+    smol.kv.clear()
+    smol._seq_tokens = []
+    got = list(smol.generate(prompt, max_tokens=6, temperature=0, logit_bias=ban))
+    smol.kv.clear()
+    sampler, want = Sampler(temperature=0, logit_bias=ban), []
+    logits = smol.decode(Batch.sequence(prompt))[-1]
+    for _ in range(6):
+        want.append(sampler.sample(logits))
+        logits = smol.decode(Batch.sequence(want[-1:], start_pos=len(prompt) + len(want) - 1))[-1]
+    smol.kv.clear()
+    smol._seq_tokens = []
+    assert got == want and free[0] not in got
 
 
 def test_generate_reuses_the_previous_prompt(smol):

@@ -165,3 +165,35 @@ def test_mask_takes_strided_and_list_token_fields(kv):
     got = kv.mask(kv.n_kv(), pos, seq)
     assert np.array_equal(got.view(np.uint16), kv.mask(kv.n_kv(), [1, 1], [0, 1]).view(np.uint16))
     assert (got[0, :2] == 0).all() and np.isinf(got[0, 2:]).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_decode_steps_cells_in_one_pass_match_the_step_by_step_bookkeeping(device, seed):
+    """KVCache.decode_cells (clm_kv_decode_step) against find_slots, commit, n_kv and mask on
+    a copy of the same cells: scattered empty cells, one token or several, a full context."""
+    rng = np.random.default_rng(seed)
+    one = KVCache(1, 8, 8, 700, None)
+    ref = KVCache(1, 8, 8, 700, None)
+    for n_tokens in (1, 3, 1, 5):
+        used = rng.random(700) < 0.8
+        used[rng.integers(0, 700)] = False               # at least one empty cell
+        for kv in (one, ref):
+            kv.pos[:] = np.where(used, rng.integers(0, 300, 700), -1) if kv is one else one.pos
+            kv.seq[:] = np.where(used, rng.integers(1, 16, 700), 0) if kv is one else one.seq
+        pos = [int(p) for p in rng.integers(0, 320, n_tokens)]
+        seqs = [int(s) for s in rng.integers(0, 4, n_tokens)]
+        n_used, cells, n_kv, mask = one.decode_cells(pos, seqs)
+        assert n_used == ref.n_used()
+        if n_tokens > 700 - n_used:
+            assert cells is None and np.array_equal(one.pos, ref.pos)   # nothing written
+            continue
+        want = ref.find_slots(n_tokens)
+        ref.commit(want, pos, seqs)
+        assert np.array_equal(cells, want) and n_kv == ref.n_kv()
+        assert np.array_equal(one.pos, ref.pos) and np.array_equal(one.seq, ref.seq)
+        assert np.array_equal(mask.view(np.uint16), ref.mask(n_kv, pos, seqs).view(np.uint16))
+    full = KVCache(1, 8, 8, 4, None)
+    full.pos[:] = 0
+    assert full.decode_cells([1], [0]) == (4, None, None, None)
+    with pytest.raises(ValueError, match="sequence ids must be in 0..63"):
+        one.decode_cells([1], [64])

@@ -224,10 +224,19 @@ def test_large_vocabulary_logits_for_every_row(tmp_path, wtype):
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_a_non_finite_logit_anywhere_names_its_row(bad):
-    from cann_llm.model import NonFiniteLogitsError, _check_logits
+@pytest.mark.parametrize("scan", [False, True])
+def test_a_non_finite_logit_anywhere_names_its_row(bad, scan):
+    """decode()'s check, and a decode step's per-row scan (with or without bans) alike."""
+    from cann_llm.model import NonFiniteLogitsError, _check_logits, _scan_logits
+    pos, seqs = np.array([4, 5, 6]), np.array([0, 1, 2])
+    bans = [None, np.array([37], np.int64), np.zeros(0, np.int64)]
+
+    def check(logits):
+        return _scan_logits(logits, pos, seqs, "m.gguf", bans) if scan else \
+            _check_logits(logits, pos, seqs, "m.gguf")
     logits = np.zeros((3, 50), np.float32)
-    _check_logits(logits, np.array([4, 5, 6]), np.array([0, 1, 2]), "m.gguf")
+    logits[:, 20] = 1.0
+    assert check(logits) == ([None, 20, 20] if scan else None)
     logits[1, 37] = bad
     with pytest.raises(NonFiniteLogitsError, match=r"position 5 \(sequence 1\) hold 1 NaN/inf"):
-        _check_logits(logits, np.array([4, 5, 6]), np.array([0, 1, 2]), "m.gguf")
+        check(logits)

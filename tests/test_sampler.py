@@ -1,11 +1,13 @@
 """cann_llm.sampler: llama.cpp's sampling chain on small, hand-checked vocabularies."""
 
 import math
+import re
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from cann_llm import backend
 from cann_llm.sampler import Sampler
 
 
@@ -190,3 +192,39 @@ def test_greedy_with_a_logit_bias_is_the_argmax_of_the_biased_logits(values, bia
             s.sample(logits)
     else:
         assert s.sample(logits) == int(np.argmax(biased))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([-3.0, 0.0, 0.5, 2.0, 7.25]), min_size=1, max_size=300),
+       st.dictionaries(st.integers(0, 310), st.sampled_from([-np.inf, -np.inf, -0.5, 1.75]),
+                       max_size=8))
+def test_a_logits_scan_pick_is_the_greedy_pick(values, bias):
+    """The engine's decode steps pass backend.logits_scan's pick (finite logits, greedy_bans
+    skipped) to sample(): the same token, or the same error when every token is banned."""
+    logits = np.array(values, dtype=np.float32)
+    s = Sampler(temperature=0, logit_bias=bias)
+    bans = s.greedy_bans
+    if bans is None:                      # a bias that is not a ban needs the logits
+        assert any(b != -np.inf for b in bias.values())
+        return
+    assert list(bans) == sorted(bias)
+    first, pick = backend.logits_scan(logits, bans)
+    assert first == -1
+    try:
+        want = s.sample(logits)
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            s.sample(logits, pick=pick)
+    else:
+        assert s.sample(logits, pick=pick) == want
+
+
+def test_greedy_bans_only_when_the_pick_is_an_argmax():
+    assert Sampler(temperature=0).greedy_bans.size == 0
+    assert list(Sampler(temperature=0, logit_bias={9: -np.inf, 2: -np.inf}).greedy_bans) == [2, 9]
+    assert Sampler(temperature=0, logit_bias={2: -1.0}).greedy_bans is None
+    assert Sampler(temperature=0.8).greedy_bans is None
+    assert Sampler(temperature=0, repeat_penalty=1.1).greedy_bans is None
+    s = Sampler(temperature=0.8)                   # a pick given anyway is not used
+    assert s.sample(_logits(0.0, 9.0), pick=0) in (0, 1)
+    assert Sampler(temperature=0, repeat_penalty=1.5).sample(_logits(2.0, 1.9), [0], pick=0) == 1

@@ -196,6 +196,12 @@ clm_status clm_dequantize_f32(int32_t src_type, const void *src, float *dst, int
  * index for F32/F16/BF16, the block index of the first block whose scale / min / sum is NaN or
  * inf for the quantized types, or -1 when every value is finite. */
 clm_status clm_find_nonfinite(int32_t type, const void *data, int64_t n_elements, int64_t *first_bad);
+/* One pass over an F32 logits row of n values (src/core/logits.c): *first_bad is the index of the
+ * first NaN or inf (-1: none); when there is none, *best is the lowest index of the largest value
+ * among the indices not in banned[0..n_banned) (ascending; ids outside 0..n-1 are ignored), -1
+ * when every index is banned. *best is -1 when a value is not finite. */
+clm_status clm_logits_scan(const float *x, int64_t n, const int64_t *banned, int64_t n_banned, int64_t *first_bad,
+                           int64_t *best);
 /* The runner's KV cells (src/core/kv_cells.c). clm_kv_mask: the F16 attention mask [n_tokens][n_kv]
  * of a micro-batch, 0 where token t may see cell j (the cell holds a position <= the token's, of a
  * sequence set containing token_seq[t], and, with n_swa > 0, fewer than n_swa positions behind
@@ -207,6 +213,15 @@ clm_status clm_kv_mask(const int64_t *cell_pos, const uint64_t *cell_seq, int64_
                        int64_t n_swa, uint16_t *out);
 clm_status clm_kv_cells_used(const int64_t *cell_pos, int64_t n_cells, int64_t *n_used, int64_t *last_used,
                              int64_t *first_free);
+/* A decode step's cells in one call: *n_used, the cells in use before it; the first n_tokens empty
+ * cells (ascending) to cells[], given the tokens' positions and sequences (0..63); *n_kv, the cells
+ * past the last used one rounded up to n_pad (at least n_pad, at most n_cells); and the step's
+ * clm_kv_mask [n_tokens][n_kv] (no window) to mask (room for n_tokens * n_kv values, at most
+ * n_tokens * n_cells). When fewer than n_tokens cells are empty, nothing is written and *n_kv is
+ * -1 (the context is full). */
+clm_status clm_kv_decode_step(int64_t *cell_pos, uint64_t *cell_seq, int64_t n_cells, const int64_t *token_pos,
+                              const int64_t *token_seq, int64_t n_tokens, int64_t n_pad, int64_t *cells,
+                              int64_t *n_used, int64_t *n_kv, uint16_t *mask);
 /* The tokenizer's tables and merge loop (src/core/vocab.c). Strings are one blob and n + 1 uint32
  * offsets (string i is text[offsets[i] .. offsets[i + 1])); the blobs, offsets and scores stay the
  * caller's and must outlive the vocab. clm_vocab_new indexes the token texts (two equal texts:

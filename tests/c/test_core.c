@@ -330,7 +330,62 @@ static void test_vocab(void) {
     CHECK(clm_vocab_new(text, off, n, &v, dup) == CLM_ERR_INVALID_ARG && strstr(clm_last_error(), "decrease") != NULL);
 }
 
+/* clm_logits_scan: ties to the lower id, bans skipped (unsorted ones refused), the first NaN/inf
+ * wins over the pick; rows around the 16-value lanes and 256-value blocks, read within bounds. */
+static void test_logits_scan(void) {
+    int64_t first = 0, best = 0;
+    for (int64_t n = 1; n <= 600; n += 37) {
+        float *x = malloc((size_t)n * sizeof(float)); /* exactly n: ASan sees a read past it */
+        for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 101) - 50.0f;
+        int64_t want = 0;
+        for (int64_t i = 1; i < n; i++) want = x[i] > x[want] ? i : want;
+        CHECK(clm_logits_scan(x, n, NULL, 0, &first, &best) == CLM_OK && first == -1 && best == want);
+        int64_t bans[3] = {-1, want, n + 5};
+        CHECK(clm_logits_scan(x, n, bans, 3, &first, &best) == CLM_OK && first == -1 && best != want &&
+              (n == 1 ? best == -1 : x[best] <= x[want]));
+        x[n - 1] = NAN;
+        CHECK(clm_logits_scan(x, n, NULL, 0, &first, &best) == CLM_OK && first == n - 1 && best == -1);
+        free(x);
+    }
+    float tie[3] = {1.0f, 2.0f, 2.0f};
+    int64_t unsorted[2] = {2, 1};
+    CHECK(clm_logits_scan(tie, 3, NULL, 0, &first, &best) == CLM_OK && best == 1);
+    CHECK(clm_logits_scan(tie, 3, unsorted, 2, &first, &best) == CLM_ERR_INVALID_ARG);
+    CHECK(strstr(clm_last_error(), "not sorted") != NULL);
+}
+
+/* clm_kv_decode_step: the first empty cells, committed, n_kv rounded up, the mask; a full cache
+ * is reported and left alone. */
+static void test_kv_decode_step(void) {
+    int64_t pos[6] = {0, -1, 1, -1, 2, -1};
+    uint64_t seq[6] = {1, 0, 1, 0, 1, 0};
+    const int64_t tpos[2] = {3, 0}, tseq[2] = {0, 1};
+    int64_t cells[2], used = 0, n_kv = 0;
+    uint16_t mask[12];
+    CHECK(clm_kv_decode_step(pos, seq, 6, tpos, tseq, 2, 4, cells, &used, &n_kv, mask) == CLM_OK);
+    /* the last used cell is 4: n_kv 8, clamped to the 6 cells */
+    CHECK(used == 3 && cells[0] == 1 && cells[1] == 3 && n_kv == 6);
+    CHECK(pos[1] == 3 && seq[1] == 1 && pos[3] == 0 && seq[3] == 2);
+    /* token 0 (seq 0, pos 3) sees cells 0, 1, 2, 4; token 1 (seq 1, pos 0) only cell 3 */
+    const uint16_t want[12] = {0, 0, 0, 0xFC00, 0, 0xFC00, 0xFC00, 0xFC00, 0xFC00, 0, 0xFC00, 0xFC00};
+    CHECK(memcmp(mask, want, sizeof want) == 0);
+    pos[4] = -1, seq[4] = 0;
+    int64_t more_pos[1] = {4}, more_seq[1] = {0};
+    CHECK(clm_kv_decode_step(pos, seq, 6, more_pos, more_seq, 1, 4, cells, &used, &n_kv, mask) == CLM_OK);
+    CHECK(used == 4 && cells[0] == 4 && n_kv == 6);
+    pos[4] = -1, seq[4] = 0, pos[1] = -1, seq[1] = 0;     /* cells 0, 2, 3 in use: n_kv 4 */
+    CHECK(clm_kv_decode_step(pos, seq, 6, more_pos, more_seq, 1, 4, cells, &used, &n_kv, mask) == CLM_OK);
+    CHECK(used == 3 && cells[0] == 1 && n_kv == 4 && pos[1] == 4);
+    pos[4] = pos[5] = 7;
+    CHECK(clm_kv_decode_step(pos, seq, 6, more_pos, more_seq, 1, 4, cells, &used, &n_kv, mask) == CLM_OK);
+    CHECK(used == 6 && n_kv == -1 && pos[5] == 7);
+    int64_t bad_seq[1] = {64};
+    CHECK(clm_kv_decode_step(pos, seq, 6, more_pos, bad_seq, 1, 4, cells, &used, &n_kv, mask) == CLM_ERR_INVALID_ARG);
+}
+
 int main(void) {
+    test_logits_scan();
+    test_kv_decode_step();
     test_vocab();
     test_types();
     test_tensors_and_views();
