@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 7
+CLM_ABI_VERSION = 8
 
 CDEF = r"""
-#define CLM_ABI_VERSION 7
+#define CLM_ABI_VERSION 8
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
