@@ -727,11 +727,17 @@ static void test_host_register(void) {
     aclTensor *past = acl_view(d8, 1, ACL_FLOAT, NULL, 0, (char *)dev + 2 * page - 16);
     CHECK(launch(aclnnAddGetWorkspaceSize(past, past, alpha, to, &ws, &ex), aclnnAdd, &ws, &ex) != 0);
 
-    /* no copies or memsets through the mapped address */
+    /* no copies or memsets through the mapped (device) address; the host address (the same
+     * address here) stays an ordinary host buffer on a copy's host side */
     CHECK(aclrtMemcpy(out, sizeof out, dev, sizeof out, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_ERROR_INVALID_PARAM);
     CHECK(message_mentions("aclrtHostRegister"));
     CHECK(aclrtMemcpy(dout, sizeof out, dev, sizeof out, ACL_MEMCPY_DEVICE_TO_DEVICE) == ACL_ERROR_INVALID_PARAM);
     CHECK(aclrtMemset(dev, 64, 0, 64) == ACL_ERROR_INVALID_PARAM);
+    float back[8] = {0};
+    CHECK(aclrtMemcpy(dout, sizeof out, host, sizeof out, ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS);
+    to_host(back, dout, sizeof back);
+    CHECK(back[7] == 8.0f);
+    CHECK(aclrtMemcpy(back, sizeof back, host, sizeof back, ACL_MEMCPY_DEFAULT) == ACL_SUCCESS);
     /* released by its own call only, once */
     CHECK(aclrtFree(dev) == ACL_ERROR_INVALID_PARAM);
     CHECK(message_mentions("aclrtHostUnregister"));

@@ -34,11 +34,18 @@ static const char *where(ah_mem_kind kind)
 }
 
 /* acl_rt.h: the device address aclrtHostRegister returns cannot be used for memory operations
- * such as copies (the host address is read and written directly instead). */
-static aclError refuse_registered(const char *api, const char *side, const void *p, ah_mem_kind kind)
+ * such as copies. On the host that address is the host address too, so a registered range on
+ * the side a copy's kind calls host memory (or any side of a DEFAULT copy) is the host address,
+ * an ordinary host buffer; on a device side it is refused. */
+static aclError registered_side(const char *api, const char *side, const void *p, bool host_side,
+                                ah_mem_kind *kind)
 {
-    if (kind != AH_MEM_REGISTERED)
+    if (*kind != AH_MEM_REGISTERED)
         return ACL_SUCCESS;
+    if (host_side) {
+        *kind = AH_MEM_NONE;
+        return ACL_SUCCESS;
+    }
     return ah_error(ACL_ERROR_INVALID_PARAM,
                     "%s: %s %p lies in a range mapped by aclrtHostRegister, whose device address "
                     "cannot be used for memory operations; use the host address directly", api,
@@ -68,10 +75,14 @@ static aclError check_copy(const char *api, void *dst, size_t destMax, const voi
         return rc;
     snprintf(what, sizeof what, "%s: source", api);
     rc = ah_mem_classify_named(src, count, what, &sides->src_kind, &sides->src_device);
+    bool dst_host = kind == ACL_MEMCPY_HOST_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_HOST ||
+                    kind == ACL_MEMCPY_DEFAULT;
+    bool src_host = kind == ACL_MEMCPY_HOST_TO_HOST || kind == ACL_MEMCPY_HOST_TO_DEVICE ||
+                    kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE || kind == ACL_MEMCPY_DEFAULT;
     if (rc == ACL_SUCCESS)
-        rc = refuse_registered(api, "destination", dst, sides->dst_kind);
+        rc = registered_side(api, "destination", dst, dst_host, &sides->dst_kind);
     if (rc == ACL_SUCCESS)
-        rc = refuse_registered(api, "source", src, sides->src_kind);
+        rc = registered_side(api, "source", src, src_host, &sides->src_kind);
     if (rc != ACL_SUCCESS)
         return rc;
 
@@ -214,7 +225,7 @@ static aclError check_memset(const char *api, void *devPtr, size_t maxCount, siz
     int device = -1;
     aclError rc = ah_mem_classify_named(devPtr, count, api, &kind, &device);
     if (rc == ACL_SUCCESS)
-        rc = refuse_registered(api, "devPtr", devPtr, kind);
+        rc = registered_side(api, "devPtr", devPtr, false, &kind);
     if (rc == ACL_SUCCESS && kind == AH_MEM_NONE) /* the device check explains why not */
         rc = ah_mem_check_device(devPtr, count, api);
     return rc;
