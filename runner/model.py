@@ -701,13 +701,18 @@ class Model:
     def timings(self) -> dict:
         return dict(self._timings)
 
+    def _mapped_note(self) -> str:
+        mapped = self.weights.stats.get("bytes_mapped", 0)
+        return f" ({mapped / 2**20:.1f} MiB read from the file's map)" if mapped else ""
+
     def describe(self) -> str:
         """Devices, memory and the graphs built so far (`-v`)."""
         hp = self.hparams
         lines = [f"model: {hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}, n_head "
                  f"{hp.n_head}/{hp.n_head_kv}, vocab {hp.n_vocab}; devices: "
                  f"{', '.join(self.devices)}",
-                 f"weights: {self.weights.nbytes / 2**20:.1f} MiB; KV cache: n_ctx {self.n_ctx}, "
+                 f"weights: {self.weights.nbytes / 2**20:.1f} MiB"
+                 f"{self._mapped_note()}; KV cache: n_ctx {self.n_ctx}, "
                  f"{self.kv.nbytes / 2**20:.1f} MiB (K {be.type_name(self.kv.type_k)}, V "
                  f"{be.type_name(self.kv.type_v)}); n_batch {self.n_batch}; "
                  f"attention: {'flash_attn_ext' if self.flash_attn else 'soft_max'}"]

@@ -338,6 +338,29 @@ def test_python_api_accepts_text_and_names_n_ctx(default_model_path):
         assert "n_ctx" in str(exc.value) and "(-c)" not in str(exc.value)
 
 
+def test_no_mmap_reaches_load(fake):
+    assert cli.main(["run", "-p", "hi", "--no-mmap"]) == 0
+    assert fake.seen["use_mmap"] is False
+    fake.seen.clear()
+    assert cli.main(["run", "-p", "hi"]) == 0
+    assert fake.seen.get("use_mmap", True) is True
+
+
+def test_verbose_says_which_weights_stay_in_the_map(tmp_path):
+    """-v reports the weights read from the file's map (acl_host: F16 tensors of 1 MiB or more);
+    --no-mmap copies them, and the greedy text is the same."""
+    from gguf import GGMLQuantizationType as QT
+    from tiny_models import write_tiny_model
+    path = write_tiny_model(tmp_path / "f16.gguf", n_embd=512, n_head=8, n_head_kv=4, n_ff=1024,
+                            weight_type=QT.F16)
+    runs = [_cann_llm("run", str(path), "-v", "--raw", "-p", "a b c", "-n", "6", "--temp", "0",
+                      "-c", "64", *extra) for extra in ((), ("--no-mmap",))]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert "MiB read from the file's map" in runs[0].stderr, runs[0].stderr
+    assert "read from the file's map" not in runs[1].stderr, runs[1].stderr
+    assert runs[0].stdout == runs[1].stdout
+
+
 def test_cache_type_flags_reach_load(fake):
     assert cli.main(["run", "-p", "hi", "-ctk", "f32", "-ctv", "f32"]) == 0
     assert fake.seen["type_k"] == "f32" and fake.seen["type_v"] == "f32"
