@@ -10,7 +10,7 @@ import os as _os
 __version__ = "0.1.0"
 
 # numpy's OpenBLAS starts a thread per core at import, and each spins ~2^28 cycles waiting for
-# work before it sleeps, again after every BLAS call: ~60 ms of a core right as a model loads
+# work before it sleeps, again after every BLAS call: ~55 ms of CPU per thread after the import
 # (the kernels here do not use BLAS; only the CPU reference does). Idle BLAS threads sleep at
 # once unless the user chose otherwise; it only takes effect when numpy is not imported yet.
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")

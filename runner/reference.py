@@ -732,8 +732,8 @@ def evaluate(graph, leaf_values: dict, memory: Memory | None = None) -> dict:
                 raise ReferenceError(
                     f"evaluate(): node {node.name!r} ({Op(node.op).name}) reads {s.name!r}, which "
                     f"the graph neither holds as a leaf nor computes: a graph planned by the "
-                    f"scheduler reads its "
-                    f"splits' copies; evaluate the graph before planning it (or a fresh build)")
+                    f"scheduler reads its splits' copies; evaluate the graph before planning it "
+                    f"(or a fresh build)")
         held.add(storage_of(node).address)
         if node.op in VIEW_OPS:
             continue
