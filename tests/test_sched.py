@@ -121,9 +121,12 @@ def test_reference_refuses_a_planned_graph(device):
     leaves = {x: x_val, **{t: t.get() for t in w.values()}}
     before = ref.evaluate(g, leaves)[out]
     assert np.abs(before).max() > 0
-    Scheduler([DeviceSlot(device)]).plan(g, {"x": x}, {"out": out})
+    sched = Scheduler([DeviceSlot(device)])
+    plan = sched.plan(g, {"x": x}, {"out": out})    # owns the copies g now reads: kept alive
     with pytest.raises(ref.ReferenceError, match="planned by the scheduler"):
         ref.evaluate(g, leaves)
+    del plan
+    sched.close()
 
 
 def _gemma_ffn(ctx, x, erf=False):
