@@ -561,6 +561,30 @@ AH_API aclError aclrtFreeHost(void *hostPtr)
     return release("aclrtFreeHost", hostPtr, AH_MEM_HOST_PINNED, false);
 }
 
+/* ---- registered ranges (aclrtHostRegister, VMM mappings) -------------------------------------- */
+
+/* Registers b unless its range overlaps a block already known (freed_hint is appended when that
+ * block is quarantined: released, but queued work still uses it). */
+static aclError insert_unshared(const char *api, const block *b, const char *freed_hint)
+{
+    aclError rc = ACL_SUCCESS;
+    pthread_rwlock_wrlock(&g_mem_lock);
+    size_t next = 0;
+    long i = find_block(b->base, &next);
+    const block *clash = i >= 0 ? &g_blocks[i]
+                         : next < g_n_blocks && g_blocks[next].base < b->base + b->size
+                             ? &g_blocks[next]
+                             : NULL;
+    if (clash)
+        rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: [%p, +%zu) overlaps %s %p (size %zu)%s", api,
+                      (void *)b->base, b->size, block_name(clash), (void *)clash->base,
+                      clash->size, clash->freed ? freed_hint : "");
+    else if (!insert_block(b))
+        rc = ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
+    pthread_rwlock_unlock(&g_mem_lock);
+    return rc;
+}
+
 /* ---- host memory mapped for the device ------------------------------------------------------ */
 
 /* acl_rt.h (8.1.RC1): ptr must be 4 KiB aligned, only ACL_HOST_REGISTER_MAPPED exists, and the
@@ -587,21 +611,9 @@ AH_API aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterTyp
                         size ? "past the end of the address space" : "0");
     if ((rc = ah_capture_check_unsafe(api, device)) != ACL_SUCCESS)
         return rc;
-    uintptr_t p = (uintptr_t)ptr;
-    block b = {.base = p, .size = (size_t)size, .span = (size_t)size, .device = device,
-               .kind = AH_MEM_REGISTERED};
-    pthread_rwlock_wrlock(&g_mem_lock);
-    size_t next = 0;
-    long i = find_block(p, &next);
-    const block *clash = i >= 0 ? &g_blocks[i]
-                         : next < g_n_blocks && g_blocks[next].base < p + size ? &g_blocks[next]
-                                                                               : NULL;
-    if (clash)
-        rc = ah_error(ACL_ERROR_INVALID_PARAM, "%s: [%p, +%" PRIu64 ") overlaps %s %p (size %zu)",
-                      api, ptr, size, block_name(clash), (void *)clash->base, clash->size);
-    else if (!insert_block(&b))
-        rc = ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
-    pthread_rwlock_unlock(&g_mem_lock);
+    block b = {.base = (uintptr_t)ptr, .size = (size_t)size, .span = (size_t)size,
+               .device = device, .kind = AH_MEM_REGISTERED};
+    rc = insert_unshared(api, &b, ", released but still used by queued work (synchronize first)");
     if (rc == ACL_SUCCESS)
         *devPtr = ptr; /* the device's view of host memory is the host's address */
     return rc;
@@ -617,26 +629,9 @@ AH_API aclError aclrtHostUnregister(void *ptr)
 aclError ah_mem_vmm_register(const char *api, void *base, size_t size, int device,
                              uint64_t reservation)
 {
-    uintptr_t p = (uintptr_t)base;
-    aclError rc = ACL_SUCCESS;
-    block b = {.base = p, .size = size, .span = size, .device = device, .kind = AH_MEM_DEVICE,
-               .mapped = true, .vmm_res = reservation};
-    pthread_rwlock_wrlock(&g_mem_lock);
-    size_t next = 0;
-    long i = find_block(p, &next);
-    const block *clash = i >= 0 ? &g_blocks[i]
-                         : next < g_n_blocks && g_blocks[next].base < p + size ? &g_blocks[next]
-                                                                              : NULL;
-    if (clash)
-        rc = ah_error(ACL_ERROR_INVALID_PARAM,
-                      "%s: [%p, +%zu) overlaps %s %p (size %zu)%s", api, base, size,
-                      block_name(clash), (void *)clash->base, clash->size,
-                      clash->freed ? ", unmapped but still used by queued work (synchronize first)"
-                                   : "");
-    else if (!insert_block(&b))
-        rc = ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
-    pthread_rwlock_unlock(&g_mem_lock);
-    return rc;
+    block b = {.base = (uintptr_t)base, .size = size, .span = size, .device = device,
+               .kind = AH_MEM_DEVICE, .mapped = true, .vmm_res = reservation};
+    return insert_unshared(api, &b, ", unmapped but still used by queued work (synchronize first)");
 }
 
 /* Removes a mapping that was never used (aclrtMapMem failed after registering it). */

@@ -3,7 +3,6 @@
  * block-aligned chunk of a tensor converts on its own. */
 #include "cann/quant_layout.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -12,6 +11,7 @@
 #endif
 
 #include "cann_llm.h"
+#include "core/clm_impl.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "quant_layout.c reads blocks as little-endian words"
@@ -172,20 +172,6 @@ CANN_QL_AVX512 static size_t q4_1_encode_x16(const uint8_t *s, size_t n, uint8_t
     return b;
 }
 
-/* Whether the vector form runs: the CPU has it and CANN_LLM_HOST_ISA does not cap below. */
-static bool q4_1_vector(void) {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-        const char *cap = getenv("CANN_LLM_HOST_ISA");
-        if (cap && (strcmp(cap, "scalar") == 0 || strcmp(cap, "avx2") == 0)) v = 0;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
 #endif
 
 /* ---- whole blocks --------------------------------------------------------------------------- */
@@ -229,11 +215,7 @@ static void pack_blocks(const cann_qlayout *layout, const void *src, size_t n, v
 }
 
 void cann_qlayout_pack(const cann_qlayout *layout, const void *src, size_t n, void *const dst[]) {
-#ifdef CANN_QL_X86
-    pack_blocks(layout, src, n, dst, q4_1_vector());
-#else
-    pack_blocks(layout, src, n, dst, false);
-#endif
+    pack_blocks(layout, src, n, dst, clm_host_avx512());
 }
 
 void cann_qlayout_pack_portable(const cann_qlayout *layout, const void *src, size_t n, void *const dst[]) {

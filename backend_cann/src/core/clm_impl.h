@@ -152,6 +152,8 @@ struct clm_reg {
 /* The tensor whose buffer holds the data: a view's ultimate source, else the tensor itself. */
 const clm_tensor *clm_tensor_storage(const clm_tensor *tensor);
 bool clm_can_repeat(const clm_tensor *small, const clm_tensor *big);
+/* The host's AVX-512 forms of the loader's conversions and layout pack may run (convert.c). */
+bool clm_host_avx512(void);
 bool clm_are_same_shape(const clm_tensor *a, const clm_tensor *b);
 float clm_get_op_param_f32(const clm_tensor *tensor, int i);
 int32_t clm_get_op_param_i32(const clm_tensor *tensor, int i);

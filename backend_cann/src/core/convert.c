@@ -22,6 +22,27 @@
 #error "convert.c moves Q5_0 quants as little-endian words"
 #endif
 
+/* Whether the host's AVX-512 forms (these conversions, the Q4_1 device-layout pack) run: the CPU
+ * has AVX-512 F/BW/VL/DQ and F16C, and CANN_LLM_HOST_ISA (scalar or avx2) does not cap below. */
+bool clm_host_avx512(void) {
+#ifdef CLM_X86
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("f16c");
+        const char *cap = getenv("CANN_LLM_HOST_ISA");
+        if (cap && (strcmp(cap, "scalar") == 0 || strcmp(cap, "avx2") == 0)) v = 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+#else
+    return false;
+#endif
+}
+
 #define QK 32
 #define QK_K 256
 #define CHUNK 4096   /* elements dequantized at a time on the generic path (multiple of QK_K) */
@@ -322,20 +343,6 @@ CLM_AVX512 static void deq_q6_k_avx512(const uint8_t *b, float *y, int64_t n) {
     }
 }
 
-/* Whether the AVX-512 forms run: the CPU has them and CANN_LLM_HOST_ISA does not cap below. */
-static bool use_avx512(void) {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-        const char *cap = getenv("CANN_LLM_HOST_ISA");
-        if (cap && (strcmp(cap, "scalar") == 0 || strcmp(cap, "avx2") == 0)) v = 0;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
 #endif
 
 static void dequantize(int32_t t, const uint8_t *src, float *y, int64_t n) {
@@ -357,7 +364,7 @@ static void dequantize(int32_t t, const uint8_t *src, float *y, int64_t n) {
     case CLM_TYPE_Q5_K: deq_q5_k(src, y, n); break;
     case CLM_TYPE_Q6_K:
 #ifdef CLM_X86
-        if (use_avx512()) {
+        if (clm_host_avx512()) {
             deq_q6_k_avx512(src, y, n);
             break;
         }
@@ -437,7 +444,7 @@ static void quantize(int32_t t, const float *x, uint8_t *dst, int64_t n) {
     case CLM_TYPE_BF16: for (int64_t i = 0; i < n; i++) wr16(dst + 2 * i, f32_to_bf16(x[i])); break;
     case CLM_TYPE_Q8_0:
 #ifdef CLM_X86
-        if (use_avx512()) {
+        if (clm_host_avx512()) {
             quant_q8_0_avx512(x, dst, n);
             break;
         }
