@@ -343,6 +343,67 @@ CLM_AVX512 static void deq_q6_k_avx512(const uint8_t *b, float *y, int64_t n) {
     }
 }
 
+/* q5_0_to_q8_0 a block at a time: the 32 quants as bytes (low nibbles of qs, then high), and
+ * 0xf0 over each one whose fifth bit (qh, one bit per quant) is clear: q - 16 as int8. */
+CLM_AVX512 static void q5_0_to_q8_0_avx512(const uint8_t *b, uint8_t *o, int64_t n) {
+    const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi8((char)0xf0);
+    for (int64_t i = 0; i < n / QK; i++, b += 22, o += 34) {
+        uint32_t qh;
+        memcpy(&qh, b + 2, 4);
+        __m128i qs = _mm_loadu_si128((const __m128i *)(b + 6));
+        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), nib);
+        q = _mm256_mask_blend_epi8((__mmask32)qh, _mm256_or_si256(q, top), q);
+        memcpy(o, b, 2);
+        _mm256_storeu_si256((__m256i *)(o + 2), q);
+    }
+}
+
+/* The eight 6-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K super-block's 12 scale
+ * bytes: scale_min_k4 for all eight sub-blocks, four at a time in 32-bit words. */
+static inline void scales_mins_k4(const uint8_t *q, uint32_t w[4]) {
+    uint32_t a, b, c;
+    memcpy(&a, q, 4);
+    memcpy(&b, q + 4, 4);
+    memcpy(&c, q + 8, 4);
+    const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, two = 0x03030303u;
+    w[0] = a & low6;                                      /* scales 0-3: q[j] & 63 */
+    w[1] = (c & low4) | (((a >> 6) & two) << 4);         /* scales 4-7: q[j+4] & 15, q[j-4] >> 6 */
+    w[2] = b & low6;                                      /* mins 0-3: q[j+4] & 63 */
+    w[3] = ((c >> 4) & low4) | (((b >> 6) & two) << 4);  /* mins 4-7: q[j+4] >> 4, q[j] >> 6 */
+}
+
+/* q4_k_to_q4_1 a super-block at a time: the 16 block constants d * sc and -(dmin * m) in one
+ * vector (products of an fp16 value and a 6-bit integer: exact in f32), converted to fp16 by
+ * the hardware (round to nearest even, NaNs quiet with their payload: f32_to_f16's bits); the
+ * nibbles regrouped 16 bytes at a time. */
+CLM_AVX512 static void q4_k_to_q4_1_avx512(const uint8_t *b, uint8_t *o, int64_t n) {
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t i = 0; i < n / QK_K; i++, b += 144) {
+        const float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+        uint32_t w[4];
+        scales_mins_k4(b + 4, w);
+        __m512 sm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)w)));
+        __m512 f = _mm512_mul_ps(_mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d), _mm512_set1_ps(dmin)), sm);
+        f = _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(f), 0xff00,
+                                                      _mm512_castps_si512(f), sign));
+        __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        uint32_t dm[8];   /* d | m << 16 of each output block */
+        _mm_storeu_si128((__m128i *)dm, _mm_unpacklo_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        _mm_storeu_si128((__m128i *)(dm + 4), _mm_unpackhi_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        const uint8_t *q = b + 16;
+        for (int j = 0; j < 4; j++, q += 32, o += 40) {   /* sub-blocks 2j (low nibbles), 2j + 1 */
+            __m128i a = _mm_loadu_si128((const __m128i *)q), c = _mm_loadu_si128((const __m128i *)(q + 16));
+            __m128i lo = _mm_or_si128(_mm_and_si128(a, nib), _mm_slli_epi16(_mm_and_si128(c, nib), 4));
+            __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), nib), _mm_andnot_si128(nib, c));
+            memcpy(o, dm + 2 * j, 4);
+            _mm_storeu_si128((__m128i *)(o + 4), lo);
+            memcpy(o + 20, dm + 2 * j + 1, 4);
+            _mm_storeu_si128((__m128i *)(o + 24), hi);
+        }
+    }
+}
+
 #endif
 
 static void dequantize(int32_t t, const uint8_t *src, float *y, int64_t n) {
@@ -557,10 +618,22 @@ clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void
         return CLM_OK;
     }
     if (src_type == CLM_TYPE_Q4_K && dst_type == CLM_TYPE_Q4_1) {
+#ifdef CLM_X86
+        if (clm_host_avx512()) {
+            q4_k_to_q4_1_avx512(src, dst, n_elements);
+            return CLM_OK;
+        }
+#endif
         q4_k_to_q4_1(src, dst, n_elements);
         return CLM_OK;
     }
     if (src_type == CLM_TYPE_Q5_0 && dst_type == CLM_TYPE_Q8_0) {
+#ifdef CLM_X86
+        if (clm_host_avx512()) {
+            q5_0_to_q8_0_avx512(src, dst, n_elements);
+            return CLM_OK;
+        }
+#endif
         q5_0_to_q8_0(src, dst, n_elements);
         return CLM_OK;
     }
