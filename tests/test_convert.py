@@ -131,13 +131,18 @@ _F16_EDGES = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0
 
 
 def _isa_inputs(rng) -> dict:
-    x = _values(rng, 32 * 400)
+    x = _values(rng, 32 * 403)                                # 403 blocks: a tail after 16s
     special = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38, -0.0, 1e-45, -1e-40, 0.5, -0.5,
                         2.5, -2.5, 127.5, 1e30, np.float32(np.nan), 7.0], np.float32)
     for k, start in enumerate(range(128, 32 * 300, 96)):     # specials spread over many blocks
         x[start:start + 4] = special[(k * 4) % 16:(k * 4) % 16 + 4]
     x[3200:3232] = -0.0                                       # an all -0 block
-    q6k = rng.integers(0, 256, 210 * 64, dtype=np.uint8)      # random bytes: any scale
+    x[3232:3264] = -1e-40                                     # scale subnormal in f32
+    x[3264:3296] = rng.random(32, np.float32) * 127 * 2.0 ** -25
+    x[3264] = 127 * 2.0 ** -25                                # scale half fp16's least: tie to 0
+    x[3296:3328] = 381 * 2.0 ** -25                           # 1.5 x the least: tie to 2 x
+    q6k = rng.integers(0, 256, 210 * 67, dtype=np.uint8)      # random bytes: any scale; 67
+    # super-blocks: the generic path's last chunk is not a multiple of 16 Q8_0 blocks
     q6k[:210 * 16] = random_blocks(QT.Q6_K, 256 * 16, rng)
     # Q5_0: sane blocks, random bytes (any scale), every edge scale with qh all clear / all set
     q5 = rng.integers(0, 256, (512 + 256 + 32, 22), dtype=np.uint8)

@@ -298,19 +298,65 @@ CLM_AVX512 static inline __m128i round_q8_x16(__m512 v) {
     return _mm512_cvtepi32_epi8(i);
 }
 
+/* quant_q8_0 of one block of 32 values held in two vectors. */
+CLM_AVX512 static inline void quant_q8_0_x32(__m512 x0, __m512 x1, uint8_t *b) {
+    /* max(a, acc) gives acc where a is NaN: NaN lanes are skipped, as the scalar > skips them */
+    __m512 acc = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
+    acc = _mm512_max_ps(_mm512_abs_ps(x1), acc);
+    const float amax = _mm512_reduce_max_ps(acc);
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr16(b, f32_to_f16(d));
+    const __m512 vid = _mm512_set1_ps(id);
+    _mm_storeu_si128((__m128i *)(b + 2), round_q8_x16(_mm512_mul_ps(x0, vid)));
+    _mm_storeu_si128((__m128i *)(b + 18), round_q8_x16(_mm512_mul_ps(x1, vid)));
+}
+
+/* The largest lane of each of a[0..15], in lanes 0..15: a tree of pairwise maxima over shuffled
+ * halves (exact in any order: the lanes hold no NaN). */
+CLM_AVX512 static inline __m512 max_lanes_x16(__m512 a[16]) {
+    for (int p = 0; p < 8; p++)   /* lanes 0-7: a[2p]'s 8 partial maxima, 8-15: a[2p + 1]'s */
+        a[p] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xee));
+    for (int p = 0; p < 4; p++)   /* 128-bit chunk k: block 4p + k's 4 partial maxima */
+        a[p] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xdd));
+    for (int p = 0; p < 2; p++)   /* chunk k: blocks 8p + k and 8p + 4 + k, two partials each */
+        a[p] = _mm512_max_ps(_mm512_shuffle_ps(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_ps(a[2 * p], a[2 * p + 1], 0xee));
+    __m512 m = _mm512_max_ps(_mm512_shuffle_ps(a[0], a[1], 0x88), _mm512_shuffle_ps(a[0], a[1], 0xdd));
+    /* lane 4k + j holds block 4j + k: transpose the 4 x 4 back */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, m);
+}
+
+/* quant_q8_0 on 16 blocks at a time: the block maxima, scales and fp16 scales as vectors (the
+ * same division; the hardware's fp16 conversion rounds to nearest even as f32_to_f16 does), so
+ * no block waits on a scalar reduction and division chain. */
 CLM_AVX512 static void quant_q8_0_avx512(const float *x, uint8_t *b, int64_t n) {
-    for (int64_t i = 0; i < n / QK; i++, x += QK, b += 34) {
-        __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-        /* max(a, acc) gives acc where a is NaN: NaN lanes are skipped, as the scalar > skips them */
-        __m512 acc = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
-        acc = _mm512_max_ps(_mm512_abs_ps(x1), acc);
-        const float amax = _mm512_reduce_max_ps(acc);
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        wr16(b, f32_to_f16(d));
-        const __m512 vid = _mm512_set1_ps(id);
-        _mm_storeu_si128((__m128i *)(b + 2), round_q8_x16(_mm512_mul_ps(x0, vid)));
-        _mm_storeu_si128((__m128i *)(b + 18), round_q8_x16(_mm512_mul_ps(x1, vid)));
+    int64_t i = 0;
+    for (; i + 16 <= n / QK; i += 16, x += 16 * QK, b += 16 * 34) {
+        __m512 a[16];
+        for (int j = 0; j < 16; j++)   /* as quant_q8_0_x32: NaN lanes skipped */
+            a[j] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j + 16)),
+                                 _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j)), _mm512_setzero_ps()));
+        const __m512 amax = max_lanes_x16(a);
+        const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+        const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
+                                              _mm512_set1_ps(1.0f), d);
+        uint16_t dh[16];
+        float ids[16];
+        _mm256_storeu_si256((__m256i *)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm512_storeu_ps(ids, id);
+        for (int j = 0; j < 16; j++) {
+            uint8_t *o = b + 34 * j;
+            const __m512 vid = _mm512_set1_ps(ids[j]);
+            wr16(o, dh[j]);
+            _mm_storeu_si128((__m128i *)(o + 2), round_q8_x16(_mm512_mul_ps(_mm512_loadu_ps(x + QK * j), vid)));
+            _mm_storeu_si128((__m128i *)(o + 18), round_q8_x16(_mm512_mul_ps(_mm512_loadu_ps(x + QK * j + 16), vid)));
+        }
     }
+    for (; i < n / QK; i++, x += QK, b += 34)
+        quant_q8_0_x32(_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16), b);
 }
 
 /* 16 six-bit quants minus 32, as floats: ql's nibbles at `shift` with qh's two bits at `qshift`. */
