@@ -272,9 +272,10 @@ static bool can_quantize(int32_t t) {
            t == CLM_TYPE_Q4_0 || t == CLM_TYPE_Q4_1;
 }
 
-/* ---- AVX-512 forms of the generic path's two hot loops ------------------------------------------
- * The same IEEE operations on the same values in the same order per element (fp-contract is
- * off: no fused multiply-adds), so the same bytes as the scalar loops, 16 lanes at a time.
+/* ---- AVX-512 forms of the load-time conversions --------------------------------------------------
+ * The generic path's two hot loops (Q6_K dequantizer, Q8_0 quantizer) and the direct Q5_0 -> Q8_0
+ * and Q4_K -> Q4_1. The same IEEE operations on the same values in the same order per element
+ * (fp-contract is off: no fused multiply-adds), so the same bytes as the scalar loops.
  * Chosen once from the CPU; CANN_LLM_HOST_ISA=scalar or avx2 keeps the scalar loops (as it caps
  * acl_host's kernels), so both forms are tested on one machine. */
 #ifdef CLM_X86
