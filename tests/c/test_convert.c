@@ -93,9 +93,9 @@ static uint8_t *random_blocks(size_t n_blocks, size_t size, size_t scale, uint32
 }
 
 /* Each conversion from a buffer of exactly n elements into one of exactly the output's size,
- * checked by value: Q5_0 -> Q8_0 and Q4_K -> Q4_1 exact (the Q4_1 constants are products of fp16
- * values and 6-bit integers rounded to fp16, so compared at fp16 precision); Q6_K -> Q8_0 and
- * the Q8_0 quantizer (19 blocks: 16 at a time, then a tail) within one step. */
+ * checked by value: Q5_0 -> Q8_0 exact, Q4_K -> Q4_1 within the fp16 rounding of its block
+ * constants (dmin = 0 here), Q6_K -> Q8_0 within one step, and the Q8_0 quantizer on the same
+ * values (19 blocks: 16 at a time, then a tail) giving the conversion's bytes. */
 static void test_load_conversions_in_bounds(void) {
     uint32_t st = 12345;
     enum { NQ5 = 19, NK = 3 };
@@ -113,14 +113,16 @@ static void test_load_conversions_in_bounds(void) {
     CHECK(clm_convert(CLM_TYPE_Q4_K, k4, CLM_TYPE_Q4_1, q41, NK * 256) == CLM_OK);
     CHECK(clm_dequantize_f32(CLM_TYPE_Q4_K, k4, a, NK * 256) == CLM_OK);
     CHECK(clm_dequantize_f32(CLM_TYPE_Q4_1, q41, b, NK * 256) == CLM_OK);
-    for (int i = 0; i < NK * 256; i++) CHECK(fabsf(a[i] - b[i]) <= fabsf(a[i]) * 0x1p-11f + 0x1p-24f * 15);
+    for (int i = 0; i < NK * 256; i++)
+        CHECK(fabsf(a[i] - b[i]) <= fabsf(a[i]) * 0x1p-11f + 0x1p-24f * 15);
     CHECK(clm_convert(CLM_TYPE_Q6_K, k6, CLM_TYPE_Q8_0, k8, NK * 256) == CLM_OK);
     CHECK(clm_dequantize_f32(CLM_TYPE_Q6_K, k6, a, NK * 256) == CLM_OK);
     CHECK(clm_dequantize_f32(CLM_TYPE_Q8_0, k8, b, NK * 256) == CLM_OK);
     for (int blk = 0; blk < NK * 8; blk++) {
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(a[32 * blk + j]));
-        for (int j = 0; j < 32; j++) CHECK(fabsf(a[32 * blk + j] - b[32 * blk + j]) <= amax / 127 + 0x1p-17f);
+        for (int j = 0; j < 32; j++)
+            CHECK(fabsf(a[32 * blk + j] - b[32 * blk + j]) <= amax / 127 + 0x1p-17f);
     }
     uint8_t *q8b = malloc(NQ5 * 34);   /* the quantizer alone, on 19 blocks */
     CHECK(q8b != NULL);

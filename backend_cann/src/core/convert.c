@@ -337,23 +337,26 @@ CLM_AVX512 static void quant_q8_0_avx512(const float *x, uint8_t *b, int64_t n) 
     int64_t i = 0;
     for (; i + 16 <= n / QK; i += 16, x += 16 * QK, b += 16 * 34) {
         __m512 a[16];
-        for (int j = 0; j < 16; j++)   /* as quant_q8_0_x32: NaN lanes skipped */
-            a[j] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j + 16)),
-                                 _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j)), _mm512_setzero_ps()));
+        for (int j = 0; j < 16; j++) {   /* as quant_q8_0_x32: NaN lanes skipped */
+            __m512 acc = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j)), _mm512_setzero_ps());
+            a[j] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j + 16)), acc);
+        }
         const __m512 amax = max_lanes_x16(a);
         const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
         const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
                                               _mm512_set1_ps(1.0f), d);
         uint16_t dh[16];
         float ids[16];
-        _mm256_storeu_si256((__m256i *)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm256_storeu_si256((__m256i *)dh,
+                            _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         _mm512_storeu_ps(ids, id);
         for (int j = 0; j < 16; j++) {
             uint8_t *o = b + 34 * j;
             const __m512 vid = _mm512_set1_ps(ids[j]);
+            const __m512 x0 = _mm512_loadu_ps(x + QK * j), x1 = _mm512_loadu_ps(x + QK * j + 16);
             wr16(o, dh[j]);
-            _mm_storeu_si128((__m128i *)(o + 2), round_q8_x16(_mm512_mul_ps(_mm512_loadu_ps(x + QK * j), vid)));
-            _mm_storeu_si128((__m128i *)(o + 18), round_q8_x16(_mm512_mul_ps(_mm512_loadu_ps(x + QK * j + 16), vid)));
+            _mm_storeu_si128((__m128i *)(o + 2), round_q8_x16(_mm512_mul_ps(x0, vid)));
+            _mm_storeu_si128((__m128i *)(o + 18), round_q8_x16(_mm512_mul_ps(x1, vid)));
         }
     }
     for (; i < n / QK; i++, x += QK, b += 34)
@@ -431,18 +434,22 @@ CLM_AVX512 static void q4_k_to_q4_1_avx512(const uint8_t *b, uint8_t *o, int64_t
         uint32_t w[4];
         scales_mins_k4(b + 4, w);
         __m512 sm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)w)));
-        __m512 f = _mm512_mul_ps(_mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d), _mm512_set1_ps(dmin)), sm);
+        const __m512 dd = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d), _mm512_set1_ps(dmin));
+        __m512 f = _mm512_mul_ps(dd, sm);
         f = _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(f), 0xff00,
                                                       _mm512_castps_si512(f), sign));
         __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m128i hd = _mm256_castsi256_si128(h), hm = _mm256_extracti128_si256(h, 1);
         uint32_t dm[8];   /* d | m << 16 of each output block */
-        _mm_storeu_si128((__m128i *)dm, _mm_unpacklo_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-        _mm_storeu_si128((__m128i *)(dm + 4), _mm_unpackhi_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        _mm_storeu_si128((__m128i *)dm, _mm_unpacklo_epi16(hd, hm));
+        _mm_storeu_si128((__m128i *)(dm + 4), _mm_unpackhi_epi16(hd, hm));
         const uint8_t *q = b + 16;
         for (int j = 0; j < 4; j++, q += 32, o += 40) {   /* sub-blocks 2j (low nibbles), 2j + 1 */
-            __m128i a = _mm_loadu_si128((const __m128i *)q), c = _mm_loadu_si128((const __m128i *)(q + 16));
+            const __m128i a = _mm_loadu_si128((const __m128i *)q);
+            const __m128i c = _mm_loadu_si128((const __m128i *)(q + 16));
             __m128i lo = _mm_or_si128(_mm_and_si128(a, nib), _mm_slli_epi16(_mm_and_si128(c, nib), 4));
-            __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), nib), _mm_andnot_si128(nib, c));
+            __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), nib),
+                                      _mm_andnot_si128(nib, c));
             memcpy(o, dm + 2 * j, 4);
             _mm_storeu_si128((__m128i *)(o + 4), lo);
             memcpy(o + 20, dm + 2 * j + 1, 4);
