@@ -117,36 +117,73 @@ def test_errors(B):
 
 _ISA_SCRIPT = """
 import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
 from cann_llm import backend as B
-from gguf import GGMLQuantizationType as QT
-x = np.load(sys.argv[1]); raw = np.load(sys.argv[2])
-np.save(sys.argv[3], B.quantize_f32(QT.Q8_0, x))
-np.save(sys.argv[4], B.dequantize_f32(QT.Q6_K, raw).view(np.uint32))
-np.save(sys.argv[5], B.convert(QT.Q6_K, raw, QT.Q8_0))
+from test_convert import _isa_outputs
+np.savez(sys.argv[3], **_isa_outputs(B, dict(np.load(sys.argv[2]))))
 """
 
+# fp16 bit patterns for block scales and mins: zeros, subnormals, the normal edges, a tie maker
+# (1 + 2^-10: times 3 lies halfway between two fp16 values), the largest finite (times a 6-bit
+# scale: overflow to inf), infinities, signalling / quiet / payload NaNs of both signs
+_F16_EDGES = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0x3C01, 0x7BFF,
+                       0xFBFF, 0x7C00, 0xFC00, 0x7C01, 0x7E00, 0xFD55, 0x1234], np.uint16)
 
-def test_vector_and_scalar_forms_give_the_same_bytes(B, tmp_path):
-    """The AVX-512 loops of the generic path (Q8_0 quantizer, Q6_K dequantizer) against the scalar
-    ones (CANN_LLM_HOST_ISA=scalar, in a subprocess): the same bytes on NaN, inf, huge values,
-    signed zeros, subnormals, ties, and on Q6_K blocks of random bytes (NaN/inf scales too)."""
-    import os
-    import subprocess
-    import sys
-    rng = np.random.default_rng(11)
-    x = _values(rng, 32 * 400)
+
+def _isa_inputs(rng) -> dict:
+    x = _values(rng, 32 * 403)                                # 403 blocks: a tail after 16s
     special = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38, -0.0, 1e-45, -1e-40, 0.5, -0.5,
                         2.5, -2.5, 127.5, 1e30, np.float32(np.nan), 7.0], np.float32)
     for k, start in enumerate(range(128, 32 * 300, 96)):     # specials spread over many blocks
         x[start:start + 4] = special[(k * 4) % 16:(k * 4) % 16 + 4]
     x[3200:3232] = -0.0                                       # an all -0 block
-    raw = rng.integers(0, 256, 210 * 64, dtype=np.uint8)      # random bytes: any scale
-    raw[:210 * 16] = random_blocks(QT.Q6_K, 256 * 16, rng)
-    paths = [tmp_path / f"{n}.npy" for n in ("x", "raw", "q8", "deq", "conv")]
-    np.save(paths[0], x)
-    np.save(paths[1], raw)
+    x[3232:3264] = -1e-40                                     # scale subnormal in f32
+    x[3264:3296] = rng.random(32, np.float32) * 127 * 2.0 ** -25
+    x[3264] = 127 * 2.0 ** -25                                # scale half fp16's least: tie to 0
+    x[3296:3328] = 381 * 2.0 ** -25                           # 1.5 x the least: tie to 2 x
+    q6k = rng.integers(0, 256, 210 * 67, dtype=np.uint8)      # random bytes: any scale; 67
+    # super-blocks: the generic path's last chunk is not a multiple of 16 Q8_0 blocks
+    q6k[:210 * 16] = random_blocks(QT.Q6_K, 256 * 16, rng)
+    # Q5_0: sane blocks, random bytes (any scale), every edge scale with qh all clear / all set
+    q5 = rng.integers(0, 256, (512 + 256 + 32, 22), dtype=np.uint8)
+    q5[:512] = random_blocks(QT.Q5_0, 32 * 512, rng).reshape(-1, 22)
+    q5[768:, :2] = np.tile(_F16_EDGES, 2).view(np.uint8).reshape(-1, 2)
+    q5[768:784, 2:6], q5[784:, 2:6] = 0, 0xFF
+    # Q4_K: sane super-blocks, random bytes, and every (d, dmin) pair of edge values with random
+    # 6-bit scales and mins (0 included: inf * 0) or all of them 63
+    grid = np.stack(np.meshgrid(_F16_EDGES, _F16_EDGES, indexing="ij"), -1).reshape(-1, 2)
+    q4k = rng.integers(0, 256, (64 + 64 + 2 * len(grid), 144), dtype=np.uint8)
+    q4k[:64] = random_blocks(QT.Q4_K, 256 * 64, rng).reshape(-1, 144)
+    q4k[128:, :4] = np.tile(grid, (2, 1)).view(np.uint8)
+    q4k[128 + len(grid):, 4:16] = 0xFF
+    return {"x": x, "q6k": q6k, "q5_0": q5.reshape(-1), "q4k": q4k.reshape(-1)}
+
+
+def _isa_outputs(B, inp: dict) -> dict:
+    """What the vector forms compute, as bytes (run in this process and under CANN_LLM_HOST_ISA)."""
+    return {
+        "quant_q8_0": B.quantize_f32(QT.Q8_0, inp["x"]),
+        "deq_q6_k": B.dequantize_f32(QT.Q6_K, inp["q6k"]).view(np.uint32),
+        "q6_k_to_q8_0": B.convert(QT.Q6_K, inp["q6k"], QT.Q8_0),
+        "q5_0_to_q8_0": B.convert(QT.Q5_0, inp["q5_0"], QT.Q8_0),
+        "q4_k_to_q4_1": B.convert(QT.Q4_K, inp["q4k"], QT.Q4_1),
+    }
+
+
+def test_vector_and_scalar_forms_give_the_same_bytes(B, tmp_path):
+    """The AVX-512 loops (Q8_0 quantizer, Q6_K dequantizer, the direct Q5_0 -> Q8_0 and Q4_K ->
+    Q4_1 conversions) against the scalar ones (CANN_LLM_HOST_ISA=scalar, in a subprocess): the
+    same bytes on NaN, inf, huge values, signed zeros, subnormals, ties, and on blocks of random
+    bytes (NaN/inf/subnormal scales and mins too)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    inp = _isa_inputs(np.random.default_rng(11))
+    np.savez(tmp_path / "in.npz", **inp)
     env = {**os.environ, "CANN_LLM_HOST_ISA": "scalar"}
-    subprocess.run([sys.executable, "-c", _ISA_SCRIPT, *map(str, paths)], env=env, check=True)
-    assert np.array_equal(B.quantize_f32(QT.Q8_0, x), np.load(paths[2]))
-    assert np.array_equal(B.dequantize_f32(QT.Q6_K, raw).view(np.uint32), np.load(paths[3]))
-    assert np.array_equal(B.convert(QT.Q6_K, raw, QT.Q8_0), np.load(paths[4]))
+    subprocess.run([sys.executable, "-c", _ISA_SCRIPT, str(pathlib.Path(__file__).parent),
+                    str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], env=env, check=True)
+    scalar = np.load(tmp_path / "out.npz")
+    for name, got in _isa_outputs(B, inp).items():
+        assert np.array_equal(got, scalar[name]), name

@@ -1,7 +1,10 @@
 /* test_convert.c - host type conversion: fp16 rounding edges, Q8_0 / Q4_0 / Q4_1 round trips,
- * Q4_K -> Q4_1 sub-block mapping on a hand-made block, and error statuses. */
+ * Q4_K -> Q4_1 sub-block mapping on a hand-made block, the load-time conversions on buffers of
+ * exactly their size (the vector forms' loads and stores under the sanitizers), and error
+ * statuses. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cann_llm.h"
@@ -74,6 +77,64 @@ static void test_q4_k_to_q4_1(void) {
     CHECK(o[20 + 0] == 0x00 && o[20 + 1] == 0x40);       /* sub-block 1: d = 2 */
 }
 
+/* Random bytes with the fp16 at each block's offset `scale` set to a small positive value. */
+static uint8_t *random_blocks(size_t n_blocks, size_t size, size_t scale, uint32_t *state) {
+    uint8_t *b = malloc(n_blocks * size);
+    if (!b) return NULL;
+    for (size_t i = 0; i < n_blocks * size; i++) {
+        *state = *state * 1664525u + 1013904223u;
+        b[i] = (uint8_t)(*state >> 24);
+    }
+    for (size_t i = 0; i < n_blocks; i++) {
+        b[i * size + scale] = b[i * size + scale] & 0x7f;   /* fp16 in [0, 2^-8): finite */
+        b[i * size + scale + 1] = (uint8_t)(b[i * size + scale + 1] & 0x1b);
+    }
+    return b;
+}
+
+/* Each conversion from a buffer of exactly n elements into one of exactly the output's size,
+ * checked by value: Q5_0 -> Q8_0 exact, Q4_K -> Q4_1 within the fp16 rounding of its block
+ * constants (dmin = 0 here), Q6_K -> Q8_0 within one step, and the Q8_0 quantizer on the same
+ * values (19 blocks: 16 at a time, then a tail) giving the conversion's bytes. */
+static void test_load_conversions_in_bounds(void) {
+    uint32_t st = 12345;
+    enum { NQ5 = 19, NK = 3 };
+    uint8_t *q5 = random_blocks(NQ5, 22, 0, &st), *q8 = malloc(NQ5 * 34);
+    uint8_t *k4 = random_blocks(NK, 144, 0, &st), *q41 = malloc(NK * 8 * 20);
+    uint8_t *k6 = random_blocks(NK, 210, 208, &st), *k8 = malloc(NK * 8 * 34);
+    float *a = malloc(NK * 256 * sizeof(float)), *b = malloc(NK * 256 * sizeof(float));
+    CHECK(q5 && q8 && k4 && q41 && k6 && k8 && a && b);
+    if (!(q5 && q8 && k4 && q41 && k6 && k8 && a && b)) goto done;
+    for (int i = 0; i < NK; i++) k4[144 * i + 2] = k4[144 * i + 3] = 0;   /* dmin = 0: mins exact */
+    CHECK(clm_convert(CLM_TYPE_Q5_0, q5, CLM_TYPE_Q8_0, q8, NQ5 * 32) == CLM_OK);
+    CHECK(clm_dequantize_f32(CLM_TYPE_Q5_0, q5, a, NQ5 * 32) == CLM_OK);
+    CHECK(clm_dequantize_f32(CLM_TYPE_Q8_0, q8, b, NQ5 * 32) == CLM_OK);
+    for (int i = 0; i < NQ5 * 32; i++) CHECK(a[i] == b[i]);
+    CHECK(clm_convert(CLM_TYPE_Q4_K, k4, CLM_TYPE_Q4_1, q41, NK * 256) == CLM_OK);
+    CHECK(clm_dequantize_f32(CLM_TYPE_Q4_K, k4, a, NK * 256) == CLM_OK);
+    CHECK(clm_dequantize_f32(CLM_TYPE_Q4_1, q41, b, NK * 256) == CLM_OK);
+    for (int i = 0; i < NK * 256; i++)
+        CHECK(fabsf(a[i] - b[i]) <= fabsf(a[i]) * 0x1p-11f + 0x1p-24f * 15);
+    CHECK(clm_convert(CLM_TYPE_Q6_K, k6, CLM_TYPE_Q8_0, k8, NK * 256) == CLM_OK);
+    CHECK(clm_dequantize_f32(CLM_TYPE_Q6_K, k6, a, NK * 256) == CLM_OK);
+    CHECK(clm_dequantize_f32(CLM_TYPE_Q8_0, k8, b, NK * 256) == CLM_OK);
+    for (int blk = 0; blk < NK * 8; blk++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(a[32 * blk + j]));
+        for (int j = 0; j < 32; j++)
+            CHECK(fabsf(a[32 * blk + j] - b[32 * blk + j]) <= amax / 127 + 0x1p-17f);
+    }
+    uint8_t *q8b = malloc(NQ5 * 34);   /* the quantizer alone, on 19 blocks */
+    CHECK(q8b != NULL);
+    if (q8b) {
+        CHECK(clm_quantize_f32(CLM_TYPE_Q8_0, a, q8b, NQ5 * 32) == CLM_OK);
+        CHECK(memcmp(q8b, k8, NQ5 * 34) == 0);   /* the same blocks as the conversion's */
+        free(q8b);
+    }
+done:
+    free(q5), free(q8), free(k4), free(q41), free(k6), free(k8), free(a), free(b);
+}
+
 static void test_errors(void) {
     float x[40] = {0};
     uint8_t out[256];
@@ -91,6 +152,7 @@ int main(void) {
     test_f16();
     test_round_trips();
     test_q4_k_to_q4_1();
+    test_load_conversions_in_bounds();
     test_errors();
     return CT_RESULT();
 }

@@ -272,9 +272,10 @@ static bool can_quantize(int32_t t) {
            t == CLM_TYPE_Q4_0 || t == CLM_TYPE_Q4_1;
 }
 
-/* ---- AVX-512 forms of the generic path's two hot loops ------------------------------------------
- * The same IEEE operations on the same values in the same order per element (fp-contract is
- * off: no fused multiply-adds), so the same bytes as the scalar loops, 16 lanes at a time.
+/* ---- AVX-512 forms of the load-time conversions --------------------------------------------------
+ * The generic path's two hot loops (Q6_K dequantizer, Q8_0 quantizer) and the direct Q5_0 -> Q8_0
+ * and Q4_K -> Q4_1. The same IEEE operations on the same values in the same order per element
+ * (fp-contract is off: no fused multiply-adds), so the same bytes as the scalar loops.
  * Chosen once from the CPU; CANN_LLM_HOST_ISA=scalar or avx2 keeps the scalar loops (as it caps
  * acl_host's kernels), so both forms are tested on one machine. */
 #ifdef CLM_X86
@@ -298,19 +299,68 @@ CLM_AVX512 static inline __m128i round_q8_x16(__m512 v) {
     return _mm512_cvtepi32_epi8(i);
 }
 
+/* quant_q8_0 of one block of 32 values held in two vectors. */
+CLM_AVX512 static inline void quant_q8_0_x32(__m512 x0, __m512 x1, uint8_t *b) {
+    /* max(a, acc) gives acc where a is NaN: NaN lanes are skipped, as the scalar > skips them */
+    __m512 acc = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
+    acc = _mm512_max_ps(_mm512_abs_ps(x1), acc);
+    const float amax = _mm512_reduce_max_ps(acc);
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr16(b, f32_to_f16(d));
+    const __m512 vid = _mm512_set1_ps(id);
+    _mm_storeu_si128((__m128i *)(b + 2), round_q8_x16(_mm512_mul_ps(x0, vid)));
+    _mm_storeu_si128((__m128i *)(b + 18), round_q8_x16(_mm512_mul_ps(x1, vid)));
+}
+
+/* The largest lane of each of a[0..15], in lanes 0..15: a tree of pairwise maxima over shuffled
+ * halves (exact in any order: the lanes hold no NaN). */
+CLM_AVX512 static inline __m512 max_lanes_x16(__m512 a[16]) {
+    for (int p = 0; p < 8; p++)   /* lanes 0-7: a[2p]'s 8 partial maxima, 8-15: a[2p + 1]'s */
+        a[p] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xee));
+    for (int p = 0; p < 4; p++)   /* 128-bit chunk k: block 4p + k's 4 partial maxima */
+        a[p] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xdd));
+    for (int p = 0; p < 2; p++)   /* chunk k: blocks 8p + k and 8p + 4 + k, two partials each */
+        a[p] = _mm512_max_ps(_mm512_shuffle_ps(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_ps(a[2 * p], a[2 * p + 1], 0xee));
+    __m512 m = _mm512_max_ps(_mm512_shuffle_ps(a[0], a[1], 0x88), _mm512_shuffle_ps(a[0], a[1], 0xdd));
+    /* lane 4k + j holds block 4j + k: transpose the 4 x 4 back */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, m);
+}
+
+/* quant_q8_0 on 16 blocks at a time: the block maxima, scales and fp16 scales as vectors (the
+ * same division; the hardware's fp16 conversion rounds to nearest even as f32_to_f16 does), so
+ * no block waits on a scalar reduction and division chain. */
 CLM_AVX512 static void quant_q8_0_avx512(const float *x, uint8_t *b, int64_t n) {
-    for (int64_t i = 0; i < n / QK; i++, x += QK, b += 34) {
-        __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-        /* max(a, acc) gives acc where a is NaN: NaN lanes are skipped, as the scalar > skips them */
-        __m512 acc = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
-        acc = _mm512_max_ps(_mm512_abs_ps(x1), acc);
-        const float amax = _mm512_reduce_max_ps(acc);
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        wr16(b, f32_to_f16(d));
-        const __m512 vid = _mm512_set1_ps(id);
-        _mm_storeu_si128((__m128i *)(b + 2), round_q8_x16(_mm512_mul_ps(x0, vid)));
-        _mm_storeu_si128((__m128i *)(b + 18), round_q8_x16(_mm512_mul_ps(x1, vid)));
+    int64_t i = 0;
+    for (; i + 16 <= n / QK; i += 16, x += 16 * QK, b += 16 * 34) {
+        __m512 a[16];
+        for (int j = 0; j < 16; j++) {   /* as quant_q8_0_x32: NaN lanes skipped */
+            __m512 acc = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j)), _mm512_setzero_ps());
+            a[j] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * j + 16)), acc);
+        }
+        const __m512 amax = max_lanes_x16(a);
+        const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+        const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
+                                              _mm512_set1_ps(1.0f), d);
+        uint16_t dh[16];
+        float ids[16];
+        _mm256_storeu_si256((__m256i *)dh,
+                            _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm512_storeu_ps(ids, id);
+        for (int j = 0; j < 16; j++) {
+            uint8_t *o = b + 34 * j;
+            const __m512 vid = _mm512_set1_ps(ids[j]);
+            const __m512 x0 = _mm512_loadu_ps(x + QK * j), x1 = _mm512_loadu_ps(x + QK * j + 16);
+            wr16(o, dh[j]);
+            _mm_storeu_si128((__m128i *)(o + 2), round_q8_x16(_mm512_mul_ps(x0, vid)));
+            _mm_storeu_si128((__m128i *)(o + 18), round_q8_x16(_mm512_mul_ps(x1, vid)));
+        }
     }
+    for (; i < n / QK; i++, x += QK, b += 34)
+        quant_q8_0_x32(_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16), b);
 }
 
 /* 16 six-bit quants minus 32, as floats: ql's nibbles at `shift` with qh's two bits at `qshift`. */
@@ -339,6 +389,71 @@ CLM_AVX512 static void deq_q6_k_avx512(const uint8_t *b, float *y, int64_t n) {
                 _mm512_storeu_ps(y + l + 96, _mm512_mul_ps(_mm512_set1_ps(d * sc[is + 6]),
                                                            q6_x16(ql + l + 32, 4, qh + l, 6)));
             }
+        }
+    }
+}
+
+/* q5_0_to_q8_0 a block at a time: the 32 quants as bytes (low nibbles of qs, then high), and
+ * 0xf0 over each one whose fifth bit (qh, one bit per quant) is clear: q - 16 as int8. */
+CLM_AVX512 static void q5_0_to_q8_0_avx512(const uint8_t *b, uint8_t *o, int64_t n) {
+    const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi8((char)0xf0);
+    for (int64_t i = 0; i < n / QK; i++, b += 22, o += 34) {
+        uint32_t qh;
+        memcpy(&qh, b + 2, 4);
+        __m128i qs = _mm_loadu_si128((const __m128i *)(b + 6));
+        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), nib);
+        q = _mm256_mask_blend_epi8((__mmask32)qh, _mm256_or_si256(q, top), q);
+        memcpy(o, b, 2);
+        _mm256_storeu_si256((__m256i *)(o + 2), q);
+    }
+}
+
+/* The eight 6-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K super-block's 12 scale
+ * bytes: scale_min_k4 for all eight sub-blocks, four at a time in 32-bit words. */
+static inline void scales_mins_k4(const uint8_t *q, uint32_t w[4]) {
+    uint32_t a, b, c;
+    memcpy(&a, q, 4);
+    memcpy(&b, q + 4, 4);
+    memcpy(&c, q + 8, 4);
+    const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, two = 0x03030303u;
+    w[0] = a & low6;                                      /* scales 0-3: q[j] & 63 */
+    w[1] = (c & low4) | (((a >> 6) & two) << 4);         /* scales 4-7: q[j+4] & 15, q[j-4] >> 6 */
+    w[2] = b & low6;                                      /* mins 0-3: q[j+4] & 63 */
+    w[3] = ((c >> 4) & low4) | (((b >> 6) & two) << 4);  /* mins 4-7: q[j+4] >> 4, q[j] >> 6 */
+}
+
+/* q4_k_to_q4_1 a super-block at a time: the 16 block constants d * sc and -(dmin * m) in one
+ * vector (products of an fp16 value and a 6-bit integer: exact in f32), converted to fp16 by
+ * the hardware (round to nearest even, NaNs quiet with their payload: f32_to_f16's bits); the
+ * nibbles regrouped 16 bytes at a time. */
+CLM_AVX512 static void q4_k_to_q4_1_avx512(const uint8_t *b, uint8_t *o, int64_t n) {
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t i = 0; i < n / QK_K; i++, b += 144) {
+        const float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+        uint32_t w[4];
+        scales_mins_k4(b + 4, w);
+        __m512 sm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)w)));
+        const __m512 dd = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d), _mm512_set1_ps(dmin));
+        __m512 f = _mm512_mul_ps(dd, sm);
+        f = _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(f), 0xff00,
+                                                      _mm512_castps_si512(f), sign));
+        __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m128i hd = _mm256_castsi256_si128(h), hm = _mm256_extracti128_si256(h, 1);
+        uint32_t dm[8];   /* d | m << 16 of each output block */
+        _mm_storeu_si128((__m128i *)dm, _mm_unpacklo_epi16(hd, hm));
+        _mm_storeu_si128((__m128i *)(dm + 4), _mm_unpackhi_epi16(hd, hm));
+        const uint8_t *q = b + 16;
+        for (int j = 0; j < 4; j++, q += 32, o += 40) {   /* sub-blocks 2j (low nibbles), 2j + 1 */
+            const __m128i a = _mm_loadu_si128((const __m128i *)q);
+            const __m128i c = _mm_loadu_si128((const __m128i *)(q + 16));
+            __m128i lo = _mm_or_si128(_mm_and_si128(a, nib), _mm_slli_epi16(_mm_and_si128(c, nib), 4));
+            __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), nib),
+                                      _mm_andnot_si128(nib, c));
+            memcpy(o, dm + 2 * j, 4);
+            _mm_storeu_si128((__m128i *)(o + 4), lo);
+            memcpy(o + 20, dm + 2 * j + 1, 4);
+            _mm_storeu_si128((__m128i *)(o + 24), hi);
         }
     }
 }
@@ -557,10 +672,22 @@ clm_status clm_convert(int32_t src_type, const void *src, int32_t dst_type, void
         return CLM_OK;
     }
     if (src_type == CLM_TYPE_Q4_K && dst_type == CLM_TYPE_Q4_1) {
+#ifdef CLM_X86
+        if (clm_host_avx512()) {
+            q4_k_to_q4_1_avx512(src, dst, n_elements);
+            return CLM_OK;
+        }
+#endif
         q4_k_to_q4_1(src, dst, n_elements);
         return CLM_OK;
     }
     if (src_type == CLM_TYPE_Q5_0 && dst_type == CLM_TYPE_Q8_0) {
+#ifdef CLM_X86
+        if (clm_host_avx512()) {
+            q5_0_to_q8_0_avx512(src, dst, n_elements);
+            return CLM_OK;
+        }
+#endif
         q5_0_to_q8_0(src, dst, n_elements);
         return CLM_OK;
     }
