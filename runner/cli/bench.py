@@ -90,6 +90,7 @@ def cmd_bench(args) -> int:
     threads = args.threads or os.environ.get("CANN_LLM_THREADS") or os.cpu_count()
     try:
         load_ms = 1e3 * (time.perf_counter() - t_open)
+        cache = getattr(getattr(model, "weights", None), "stats", {}).get("cache", "off")
         first_ms = first_token_ms(model)
         ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
         # the driver of tensor-parallel ranks makes no backend calls of its own
@@ -131,7 +132,7 @@ def cmd_bench(args) -> int:
     print(format_rows(rows))
     print(f"\ndevice {args.device.upper()}, runtime {runtime}")
     line = (f"open to first token: cann-llm {load_ms + first_ms:.0f} ms (load {load_ms:.0f} + "
-            f"first token {first_ms:.0f})")
+            f"first token {first_ms:.0f}; weight cache {cache})")
     if theirs and "load_ms" in theirs:
         t = theirs["load_ms"] + theirs["first_token_ms"]
         line += (f", llama.cpp {t:.0f} ms (load {theirs['load_ms']:.0f} + first token "
