@@ -708,6 +708,8 @@ class Model:
         notes = [f"{stats[key] / 2**20:.1f} MiB read from {where}"
                  for key, where in (("bytes_mapped", "the file's map"),
                                     ("bytes_cached", "the weight cache")) if stats.get(key)]
+        if stats.get("cache_error"):
+            notes.append(f"weight cache not written: {stats['cache_error']}")
         return f" ({'; '.join(notes)})" if notes else ""
 
     def describe(self) -> str:

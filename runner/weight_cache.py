@@ -15,6 +15,7 @@ import mmap
 import os
 import pathlib
 import struct
+import tempfile
 import time
 
 import numpy as np
@@ -153,9 +154,10 @@ class WeightCache:
         header = json.dumps(self._expected(source_path, stat, layout, size)).encode()
         first = _HEADER.pack(MAGIC, FORMAT, len(header)) + header
         offset = _image_offset(len(header))
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = pathlib.Path(tmp)
         try:
-            with open(tmp, "wb") as f:
+            with open(fd, "wb") as f:
                 f.write(first + bytes(offset - len(first)))
                 chunk = np.empty(min(_COPY_BYTES, size), dtype=np.uint8)
                 for start in range(0, size, len(chunk)):

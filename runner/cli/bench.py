@@ -90,8 +90,13 @@ def cmd_bench(args) -> int:
     threads = args.threads or os.environ.get("CANN_LLM_THREADS") or os.cpu_count()
     try:
         load_ms = 1e3 * (time.perf_counter() - t_open)
-        cache = getattr(getattr(model, "weights", None), "stats", {}).get("cache", "off")
+        weights = getattr(model, "weights", None)
+        cache = weights.stats.get("cache", "off") if weights is not None else "off"
         first_ms = first_token_ms(model)
+        if weights is not None:     # a miss writes the cache now, not during the measurements
+            cache = weights.wait_cache() if cache != "hit" else cache
+            if weights.stats.get("cache_error"):
+                cache += f" ({weights.stats['cache_error']})"
         ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
         # the driver of tensor-parallel ranks makes no backend calls of its own
         host = host_time_per_token(model, min(args.n_gen, 32)) \

@@ -247,6 +247,9 @@ static clm_status device_buffer_clear(clm_buffer *buffer, uint8_t value) {
     return CLM_OK;
 }
 
+/* The weight cache's writer reads from a thread of its own while the model's stream may be
+ * capturing a graph: captures begin in THREAD_LOCAL mode (graph_capture.c), which leaves other
+ * threads' synchronous copies alone. */
 static clm_status device_buffer_get_raw(clm_buffer *buffer, size_t offset, void *dst, size_t size) {
     cann_buffer_ctx *ctx = buffer->context;
     clm_status st = cann_set_device(ctx->device);
