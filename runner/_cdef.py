@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 8
+CLM_ABI_VERSION = 9
 
 CDEF = r"""
-#define CLM_ABI_VERSION 8
+#define CLM_ABI_VERSION 9
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -323,6 +323,8 @@ clm_buffer_type *clm_device_host_buffer_type(clm_device *dev);
 bool clm_device_caps_buffer_from_host_ptr(const clm_device *dev);
 bool clm_device_maps_host_type(const clm_device *dev, int32_t type);
 clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
+
+clm_status clm_device_buffer_from_image(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
 bool clm_device_supports_op(clm_device *dev, const clm_tensor *op);
 bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft);
 bool clm_device_offload_op(clm_device *dev, const clm_tensor *op);
@@ -345,6 +347,8 @@ clm_buffer_type *clm_buffer_buft(const clm_buffer *buffer);
 void clm_buffer_set_usage(clm_buffer *buffer, int32_t usage);
 int32_t clm_buffer_get_usage(const clm_buffer *buffer);
 bool clm_buffer_is_host(const clm_buffer *buffer);
+
+clm_status clm_buffer_get_raw(clm_buffer *buffer, size_t offset, void *dst, size_t size);
 clm_status clm_buffer_clear(clm_buffer *buffer, uint8_t value);
 
 clm_status clm_tensor_alloc(clm_buffer *buffer, clm_tensor *tensor, size_t offset);

@@ -466,14 +466,23 @@ class Device:
         """A buffer over `memory` (any object with the buffer protocol, e.g. an mmap, 4 KiB
         aligned) that kernels read where it lies: where the device's memory is the host's
         (caps_buffer_from_host_ptr). The buffer keeps `memory` exported until it is closed."""
+        return self._host_memory_buffer(lib.clm_device_buffer_from_host_ptr, memory, size,
+                                        "clm_device_buffer_from_host_ptr")
+
+    def buffer_from_image(self, memory, size: int | None = None) -> "Buffer":
+        """A buffer over a device image in `memory` (bytes Buffer.read_raw gave, e.g. a mapped
+        weight cache file, 4 KiB aligned): tensors are placed as in this device's buffer type and
+        read where they lie, never written. Same conditions as buffer_from_host_ptr."""
+        return self._host_memory_buffer(lib.clm_device_buffer_from_image, memory, size,
+                                        "clm_device_buffer_from_image")
+
+    def _host_memory_buffer(self, make, memory, size, what) -> "Buffer":
         view = ffi.from_buffer(memory)
         n = len(view) if size is None else int(size)
         if not 0 < n <= len(view):
-            raise CannError(Status.ERR_INVALID_ARG, f"buffer_from_host_ptr: size {n} of a "
-                            f"{len(view)}-byte object")
+            raise CannError(Status.ERR_INVALID_ARG, f"{what}: size {n} of a {len(view)}-byte object")
         out = ffi.new("clm_buffer **")
-        check(lib.clm_device_buffer_from_host_ptr(self._ptr, view, n, out),
-              "clm_device_buffer_from_host_ptr")
+        check(make(self._ptr, view, n, out), what)
         buffer = Buffer(out[0])
         buffer._memory = view
         return buffer
@@ -557,6 +566,12 @@ class Buffer(_Owned):
     size = property(lambda self: int(lib.clm_buffer_size(self._handle())))
     is_host = property(lambda self: bool(lib.clm_buffer_is_host(self._handle())))
     buffer_type = property(lambda self: BufferType(lib.clm_buffer_buft(self._handle())))
+
+    def read_raw(self, offset: int, out) -> None:
+        """Copy the buffer's raw bytes from `offset` (as the device holds them: device layouts,
+        padding) into `out`, a writable buffer-protocol object, synchronously."""
+        view = ffi.from_buffer(out, require_writable=True)
+        check(lib.clm_buffer_get_raw(self._handle(), offset, view, len(view)), "clm_buffer_get_raw")
 
     @property
     def usage(self) -> int:

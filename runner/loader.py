@@ -183,7 +183,8 @@ class GGUFFile:
         self._sha256 = None
         _check_path(self.path)
         with open(self.path, "rb") as f:
-            self.file_size = os.fstat(f.fileno()).st_size
+            self.stat = os.fstat(f.fileno())    # the mapped file's identity (the weight cache's key)
+            self.file_size = self.stat.st_size
             if self.file_size < 24:
                 raise GGUFError(f"{self.path}: not a GGUF file (only {self.file_size} bytes)")
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

@@ -254,10 +254,12 @@ class Model:
 
         try:
             if shard is None:
+                from .weight_cache import cache_from_env
                 self.weights = load_weights(self.gguf, buffer_type_for, convert=convert,
                                             log=self._log, check=check_weights,
                                             threads=_pool_threads or n_threads,
-                                            use_mmap=use_mmap)
+                                            use_mmap=use_mmap,
+                                            cache=cache_from_env() if use_mmap else None)
             else:
                 self.weights = shard.load_weights(self.gguf, out_buft, convert=convert,
                                                   log=self._log, check=check_weights)
@@ -702,8 +704,13 @@ class Model:
         return dict(self._timings)
 
     def _mapped_note(self) -> str:
-        mapped = self.weights.stats.get("bytes_mapped", 0)
-        return f" ({mapped / 2**20:.1f} MiB read from the file's map)" if mapped else ""
+        stats = self.weights.stats
+        notes = [f"{stats[key] / 2**20:.1f} MiB read from {where}"
+                 for key, where in (("bytes_mapped", "the file's map"),
+                                    ("bytes_cached", "the weight cache")) if stats.get(key)]
+        if stats.get("cache_error"):
+            notes.append(f"weight cache not written: {stats['cache_error']}")
+        return f" ({'; '.join(notes)})" if notes else ""
 
     def describe(self) -> str:
         """Devices, memory and the graphs built so far (`-v`)."""

@@ -30,13 +30,14 @@ naming the tensor and the first bad block rather than NaN logits later (check=Fa
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter
 from typing import Callable
 
 import numpy as np
 
-from . import backend
+from . import backend, weight_cache
 from .ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 from .loader import KEPT_TYPES, GGUFError, GGUFFile, TensorInfo, type_name
 
@@ -50,6 +51,11 @@ _MAP_ALIGNMENT = 32     # the mapped buffer type's placement rule (GGUF's defaul
 # pages too (fault-around), which kept 11 MiB of the default model's file resident for 140 KB of
 # norms; a copy of a small tensor costs nothing.
 _MAP_MIN_BYTES = 1 << 20
+# A miss writes the weight cache's entry this long after the load (or at close, if sooner): the
+# write fills fresh page cache, which on a VM whose host reclaims free memory costs CPU time the
+# guest cannot schedule away, so it waits until the first tokens are out (started at once, it
+# made the default model's open to first token 387-522 ms, against 136-221 ms without a cache).
+CACHE_WRITE_DELAY_S = 2.0
 
 
 def parse_type(value) -> int:
@@ -95,6 +101,37 @@ class WeightStore:
         self.tensors: dict[str, backend.Tensor] = tensors
         self.buffers: list[backend.Buffer] = buffers
         self.stats = stats    # bytes_read, bytes_device, seconds, converted {(src, dst): count}
+        self._cache_job = None      # writes the weights' image to the weight cache, once
+        self._cache_timer = None    # ... started by this timer's thread, or by wait_cache
+        self._cache_lock = threading.Lock()
+
+    def _write_cache_later(self, job: Callable[[], None], delay: float) -> None:
+        self._cache_job = job
+        self._cache_timer = threading.Timer(delay, self._write_cache, kwargs={"niced": True})
+        self._cache_timer.name = "cann-llm-weight-cache"
+        self._cache_timer.start()
+
+    def _write_cache(self, niced: bool = False) -> None:
+        with self._cache_lock:
+            job, self._cache_job = self._cache_job, None
+        if job is None:
+            return
+        if niced:       # the timer's thread: beside whatever the model is doing by then
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            except (AttributeError, OSError):
+                pass
+        job()
+
+    def wait_cache(self) -> str:
+        """Write the weight cache's entry now if it is still due, or wait until it is written:
+        the cache's state, "off", "hit", "written" or "not written"."""
+        if self._cache_timer is not None:
+            self._cache_timer.cancel()
+            self._write_cache()
+            self._cache_timer.join()
+            self._cache_timer = None
+        return self.stats.get("cache", "off")
 
     def __getitem__(self, name: str) -> backend.Tensor:
         return self.tensors[name]
@@ -108,10 +145,11 @@ class WeightStore:
     @property
     def nbytes(self) -> int:
         """Bytes of the weights in device memory, and of those left in the file's map."""
-        mapped = self.stats.get("bytes_mapped", 0)
-        return sum(b.size for b in self.buffers if not b.closed and not b.from_host_ptr) + mapped
+        kept = self.stats.get("bytes_mapped", 0) + self.stats.get("bytes_cached", 0)
+        return sum(b.size for b in self.buffers if not b.closed and not b.from_host_ptr) + kept
 
     def close(self) -> None:
+        self.wait_cache()       # the writer reads the buffers
         self.tensors = {}
         for buffer in self.buffers:
             buffer.close()
@@ -139,9 +177,10 @@ def _map_device(gguf: GGUFFile, buffer_type_for, use_mmap: bool):
         device.caps_buffer_from_host_ptr else None
 
 
-def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True):
+def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=None, check=True):
     """Create the tensors, group them by buffer type and allocate the buffers; tensors that can
-    stay in the file's map are placed there. Returns (tensors, buffers, names of mapped tensors)."""
+    stay in the file's map are placed there, and the rest in the weight cache's image of their
+    buffer when it holds one. Returns (tensors, buffers, names of mapped tensors, CachedImage)."""
     tensors, groups, mapped = {}, {}, set()
     device = _map_device(gguf, buffer_type_for, use_mmap)
     map_buffer = None
@@ -160,10 +199,18 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True):
         buft = buffer_type_for(name)
         groups.setdefault(buft, []).append(tensor)
     buffers = [map_buffer] if map_buffer is not None else []
+    image = _cached_image(gguf, device, groups, cache, check)
+    if image is not None and image.entry is not None:
+        buffer = device.buffer_from_image(image.entry.image)
+        buffer.usage = backend.BufferUsage.WEIGHTS
+        backend.place_tensors([], image.entries, buffer)
+        buffers.append(buffer)
+        image.buffer = buffer
+        groups = {}
     for buft, members in groups.items():
         try:
-            buffers += backend.alloc_tensors(members, buft, max_size=buft.max_size,
-                                             usage=backend.BufferUsage.WEIGHTS)
+            placed = backend.alloc_tensors(members, buft, max_size=buft.max_size,
+                                           usage=backend.BufferUsage.WEIGHTS)
         except backend.CannError as exc:
             total = max(t for _, t in backend.layout_tensors(members, buft,
                                                              max_size=buft.max_size))
@@ -171,7 +218,67 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True):
                 buffer.close()
             raise backend.CannError(exc.status, f"cannot allocate {total / 2**20:.1f} MiB of "
                                     f"weights in {buft.name}: {exc.message}") from None
-    return tensors, buffers, mapped
+        if image is not None:
+            image.buffer = placed[0]
+        buffers += placed
+    return tensors, buffers, mapped, image
+
+
+class CachedImage:
+    """The weights buffer the weight cache covers: its layout, and the entry it was read from
+    (None: the buffer is filled by the upload and written to the cache afterwards)."""
+
+    def __init__(self, cache, entries, total, layout, entry, why):
+        self.cache, self.entries, self.total, self.layout = cache, entries, total, layout
+        self.entry, self.why = entry, why
+        self.buffer = None
+
+
+# fp16 regions checked in a cached image, after `quants` bytes per block (docs/quant_layouts.md):
+# scales, and Q4_1's kept m or d; Q4_1's offset 8 + m/d may overflow fp16 for finite inputs.
+_IMAGE_SCALES = {T.Q8_0: (32, (0,)), T.Q4_0: (16, (0,)), T.Q4_1: (16, (0, 2))}
+
+
+def _image_nonfinite(entries, image) -> str | None:
+    """The first cached tensor whose checked values (as the GGUF check reads them) are not all
+    finite in `image`, or None."""
+    for tensor, offset, _ in entries:
+        ttype = T(int(tensor.type))
+        if ttype in _IMAGE_SCALES:
+            quants, regions = _IMAGE_SCALES[ttype]
+            n_blocks = tensor.nelements // 32
+            for r in regions:
+                start = offset + n_blocks * (quants + 2 * r)
+                if backend.find_nonfinite(T.F16, image[start:start + 2 * n_blocks]) >= 0:
+                    return tensor.name
+        elif ttype in (T.F32, T.F16, T.BF16):
+            if backend.find_nonfinite(ttype, image[offset:offset + tensor.nbytes]) >= 0:
+                return tensor.name
+        else:
+            return tensor.name      # a type the cache does not know how to check
+    return None
+
+
+def _cached_image(gguf: GGUFFile, device, groups: dict, cache, check: bool) -> CachedImage | None:
+    """The weight cache's view of the weights not left in the file's map: all in one buffer of
+    the map device's own buffer type, big enough to be worth a file; its entry when it matches
+    (and, with check, holds only finite values where the GGUF check looks)."""
+    if cache is None or device is None or len(groups) != 1:
+        return None
+    (buft, members), = groups.items()
+    if buft != device.buffer_type:
+        return None
+    batches = backend.layout_tensors(members, buft, max_size=buft.max_size)
+    if len(batches) != 1 or batches[0][1] < weight_cache.MIN_IMAGE_BYTES:
+        return None
+    entries, total = batches[0]
+    layout = weight_cache.describe_layout(buft, entries)
+    entry, why = cache.lookup(gguf.path, gguf.stat, layout, total)
+    if entry is not None and check:
+        bad = _image_nonfinite(entries, entry.image)
+        if bad is not None:
+            entry, why = None, f"tensor {bad!r} has a non-finite value in {entry.path}"
+    return CachedImage(cache, entries, total, layout, entry, why)
 
 
 def _check_finite(info: TensorInfo, chunk, first_row: int, n_rows: int) -> None:
@@ -265,9 +372,12 @@ def _upload_one(gguf: GGUFFile, tensor: backend.Tensor, info: TensorInfo, chunk_
 def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.BufferType],
                  convert: int | str | None = None, log=print,
                  chunk_bytes: int = CHUNK_BYTES, check: bool = True,
-                 threads: int | None = None, use_mmap: bool = True) -> WeightStore:
+                 threads: int | None = None, use_mmap: bool = True,
+                 cache: "weight_cache.WeightCache | None" = None) -> WeightStore:
     """Place and upload every tensor of `gguf` (see the module docstring); check: refuse
-    non-finite weights; use_mmap: leave the tensors that can stay in the file's map there.
+    non-finite weights; use_mmap: leave the tensors that can stay in the file's map there;
+    cache: a WeightCache to read the converted weights from, or write them to (with check and
+    use_mmap on, on a device whose memory is the host's).
     `threads` (default: the cores, at most 8) upload, check and convert tensors side by side
     (the C work runs without the GIL); a failure is reported for the first failing tensor in
     file order, as a single thread would."""
@@ -276,14 +386,16 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
     t0 = time.perf_counter()
     ctx = backend.Context(max_tensors=len(gguf.tensors) + 8)
     try:
-        tensors, buffers, mapped = _place(ctx, gguf, buffer_type_for, convert, use_mmap)
+        tensors, buffers, mapped, image = _place(ctx, gguf, buffer_type_for, convert, use_mmap,
+                                                 cache, check)
     except BaseException:
         ctx.close()
         raise
     store = WeightStore(ctx, tensors, buffers, {})
     converted, convert_s, bytes_read = Counter(), 0.0, 0
     threads = max(1, min(int(threads or os.cpu_count() or 1), 8, len(gguf.tensors) or 1))
-    items = list(gguf.tensors.items())
+    cached = {t.name for t, _, _ in image.entries} if image is not None and image.entry else set()
+    items = [(name, info) for name, info in gguf.tensors.items() if name not in cached]
     try:
         if threads == 1:
             outcome = [((name, info), _upload_one(gguf, tensors[name], info, chunk_bytes, check,
@@ -317,8 +429,25 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
             f"in {convert_s:.2f} s")
     store.stats = {"bytes_read": bytes_read, "bytes_device": store.nbytes, "seconds": seconds,
                    "converted": dict(converted),
-                   "bytes_mapped": sum(tensors[name].nbytes for name in mapped)}
+                   "bytes_mapped": sum(tensors[name].nbytes for name in mapped),
+                   "bytes_cached": image.total if cached else 0,
+                   "cache": "off" if image is None else "hit" if cached else "not written"}
+    if image is not None and not cached and check:
+        store.stats["cache"] = "writing"
+        store._write_cache_later(lambda: _store_image(gguf, image, store.stats),
+                                 CACHE_WRITE_DELAY_S)
     return store
+
+
+def _store_image(gguf: GGUFFile, image: CachedImage, stats: dict) -> None:
+    """The weights buffer's image into the cache, then stats["cache"] = "written"; a failure only
+    costs the next load its conversions: "not written", and why in stats["cache_error"] (it may
+    happen in the middle of a streamed answer, so it is not printed; `-v` and bench show it)."""
+    try:
+        image.cache.store(gguf.path, gguf.stat, image.layout, image.buffer, image.total)
+        stats["cache"] = "written"
+    except Exception as exc:    # noqa: BLE001 (never fails the load it serves)
+        stats["cache"], stats["cache_error"] = "not written", str(exc)
 
 
 __all__ += ["GGUFError"]

@@ -20,6 +20,20 @@ DATA = REPO_ROOT / "tests" / "data"
 GOLDEN_Q4_1 = DATA / "golden_smollm2-q4_1.json"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def weight_cache_dir(tmp_path_factory):
+    """The suite's loads keep their weight cache (cann_llm.weight_cache) in a directory of their
+    own, not the user's ~/.cache: the first load of a model writes it, later ones read it."""
+    path = tmp_path_factory.mktemp("weight-cache")
+    saved = os.environ.get("CANN_LLM_WEIGHT_CACHE")
+    os.environ["CANN_LLM_WEIGHT_CACHE"] = str(path)
+    yield path
+    if saved is None:
+        os.environ.pop("CANN_LLM_WEIGHT_CACHE", None)
+    else:
+        os.environ["CANN_LLM_WEIGHT_CACHE"] = saved
+
+
 @pytest.fixture(scope="session")
 def clm():
     from cann_llm import backend

@@ -397,3 +397,33 @@ def test_same_fields_at_new_addresses_replay(clm, device, chain):
             assert chain.run(backend, seed) == chain.run(eager, seed)
         stats = backend.stats()
         assert (stats["graph_captures"], stats["graph_replays"]) == (1, 3)
+
+
+def test_raw_reads_beside_captures(clm, device, chain):
+    """Buffer.read_raw from another thread (the weight cache's writer) while this thread captures
+    graph after graph: the reads succeed and no capture is invalidated (captures begin in
+    THREAD_LOCAL mode; in GLOBAL mode a read during a capture would fail and spoil it)."""
+    import threading
+    with _backend(device, graph=False) as eager, _vmm_graph_backend(device) as backend:
+        want = [chain.run(eager, seed) for seed in range(2)]
+        stop, errors, reads = threading.Event(), [], [0]
+
+        def reader():
+            out = np.empty(chain.buffer.size, dtype=np.uint8)
+            try:
+                while not stop.is_set():
+                    chain.buffer.read_raw(0, out)
+                    reads[0] += 1
+            except Exception as exc:   # noqa: BLE001 (reported by the assertion below)
+                errors.append(exc)
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            for i in range(100):
+                chain.c.c.op_params[0] = i + 1      # a new key: a capture every time
+                assert chain.run(backend, i % 2) == want[i % 2]
+        finally:
+            stop.set()
+            thread.join()
+        assert errors == [] and reads[0] > 100
+        assert backend.stats()["graph_captures"] == 100

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 8
+#define CLM_ABI_VERSION 9
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -421,6 +421,12 @@ clm_buffer_type *clm_device_host_buffer_type(clm_device *dev);  /* NULL if none 
 bool clm_device_caps_buffer_from_host_ptr(const clm_device *dev);
 bool clm_device_maps_host_type(const clm_device *dev, int32_t type);   /* placeable in such buffers */
 clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
+/* A buffer over a device image in host memory: the raw bytes of a device buffer of this device's
+ * buffer type (clm_buffer_get_raw), e.g. a cache file of converted weights mapped by the caller.
+ * Tensors are placed as in that buffer type (same alignment, sizes and device layouts, Q8_0 / Q4_0
+ * / Q4_1 included) and read by kernels where they lie; nothing writes them. Same conditions as
+ * clm_device_buffer_from_host_ptr (acl_host, ptr 4 KiB aligned, memory outlives the buffer). */
+clm_status clm_device_buffer_from_image(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
 bool clm_device_supports_op(clm_device *dev, const clm_tensor *op);
 bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft);
 bool clm_device_offload_op(clm_device *dev, const clm_tensor *op);
@@ -444,6 +450,9 @@ clm_buffer_type *clm_buffer_buft(const clm_buffer *buffer);
 void clm_buffer_set_usage(clm_buffer *buffer, int32_t usage);
 int32_t clm_buffer_get_usage(const clm_buffer *buffer);
 bool clm_buffer_is_host(const clm_buffer *buffer);
+/* The buffer's raw bytes [offset, offset + size) as the device holds them (device layouts and
+ * padding included), synchronously: what clm_device_buffer_from_image takes back. */
+clm_status clm_buffer_get_raw(clm_buffer *buffer, size_t offset, void *dst, size_t size);
 clm_status clm_buffer_clear(clm_buffer *buffer, uint8_t value);
 
 /* Places tensor at base + offset in buffer (ggml_backend_tensor_alloc); checks it fits. */

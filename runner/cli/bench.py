@@ -90,7 +90,13 @@ def cmd_bench(args) -> int:
     threads = args.threads or os.environ.get("CANN_LLM_THREADS") or os.cpu_count()
     try:
         load_ms = 1e3 * (time.perf_counter() - t_open)
+        weights = getattr(model, "weights", None)
+        cache = weights.stats.get("cache", "off") if weights is not None else "off"
         first_ms = first_token_ms(model)
+        if weights is not None:     # a miss writes the cache now, not during the measurements
+            cache = weights.wait_cache() if cache != "hit" else cache
+            if weights.stats.get("cache_error"):
+                cache += f" ({weights.stats['cache_error']})"
         ours = bench_ours(model, args.n_prompt, args.n_gen, args.repetitions)
         # the driver of tensor-parallel ranks makes no backend calls of its own
         host = host_time_per_token(model, min(args.n_gen, 32)) \
@@ -131,7 +137,7 @@ def cmd_bench(args) -> int:
     print(format_rows(rows))
     print(f"\ndevice {args.device.upper()}, runtime {runtime}")
     line = (f"open to first token: cann-llm {load_ms + first_ms:.0f} ms (load {load_ms:.0f} + "
-            f"first token {first_ms:.0f})")
+            f"first token {first_ms:.0f}; weight cache {cache})")
     if theirs and "load_ms" in theirs:
         t = theirs["load_ms"] + theirs["first_token_ms"]
         line += (f", llama.cpp {t:.0f} ms (load {theirs['load_ms']:.0f} + first token "

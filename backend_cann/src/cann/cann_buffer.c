@@ -1,6 +1,7 @@
 /* cann_buffer.c - the CANN device buffer type ("CANN<i>", aclrtMalloc), the pinned host buffer
  * type ("CANN_Host", aclrtMallocHost) and buffers over host memory mapped for the device
- * ("CANN<i>_Mapped", aclrtHostRegister), with their buffers. Q8_0 / Q4_0 / Q4_1 tensors are stored
+ * (aclrtHostRegister): ggml bytes ("CANN<i>_Mapped") or a device buffer's image ("CANN<i>_Image"),
+ * with their buffers. Q8_0 / Q4_0 / Q4_1 tensors are stored
  * in the device layout of quant_layout.h: set/get/memset convert whole blocks on the way, in
  * chunks through a bounded host staging buffer. */
 #include <stdio.h>
@@ -246,6 +247,17 @@ static clm_status device_buffer_clear(clm_buffer *buffer, uint8_t value) {
     return CLM_OK;
 }
 
+/* The weight cache's writer reads from a thread of its own while the model's stream may be
+ * capturing a graph: captures begin in THREAD_LOCAL mode (graph_capture.c), which leaves other
+ * threads' synchronous copies alone. */
+static clm_status device_buffer_get_raw(clm_buffer *buffer, size_t offset, void *dst, size_t size) {
+    cann_buffer_ctx *ctx = buffer->context;
+    clm_status st = cann_set_device(ctx->device);
+    if (st != CLM_OK) return st;
+    CANN_ACL(aclrtMemcpy(dst, size, (const char *)ctx->base + offset, size, ACL_MEMCPY_DEVICE_TO_HOST));
+    return CLM_OK;
+}
+
 static const struct clm_buffer_i device_buffer_iface = {
     .free_buffer = device_buffer_free,
     .get_base = device_buffer_base,
@@ -255,6 +267,7 @@ static const struct clm_buffer_i device_buffer_iface = {
     .get_tensor = device_buffer_get_tensor,
     .cpy_tensor = device_buffer_cpy_tensor,
     .clear = device_buffer_clear,
+    .get_raw = device_buffer_get_raw,
 };
 
 bool cann_buffer_is_device(const clm_buffer *buffer) {
@@ -427,7 +440,49 @@ static const struct clm_buffer_i mapped_buffer_iface = {
     .clear = mapped_buffer_clear,
 };
 
-clm_status cann_buffer_from_host_ptr(cann_device_ctx *dev_ctx, void *ptr, size_t size, clm_buffer **out) {
+/* ---- device images in host memory mapped for the device ---------------------------------------- */
+/* The raw bytes of a device buffer (clm_buffer_get_raw), e.g. a weight cache file, registered as
+ * above: tensors keep the device buffer type's placement and layouts, and reads undo the layout
+ * from the host address as device_buffer_get_tensor does from a download. */
+static clm_status image_buffer_init_tensor(clm_buffer *buffer, clm_tensor *tensor) {
+    (void)buffer, (void)tensor;   /* the padding was zeroed in the buffer the image was taken from */
+    return CLM_OK;
+}
+
+static clm_status image_buffer_get_tensor(clm_buffer *buffer, const clm_tensor *tensor, void *data,
+                                          size_t offset, size_t size) {
+    const cann_mapped_ctx *ctx = buffer->context;
+    qrange q = {0};
+    clm_status st = quant_range(tensor, offset, size, "get_tensor", &q);
+    if (st != CLM_OK) return st;
+    if (q.layout == NULL) return mapped_buffer_get_tensor(buffer, tensor, data, offset, size);
+    const char *host_base = ctx->host + (q.base - ctx->dev_ptr);
+    const void *parts[CANN_QL_MAX_REGIONS];
+    for (int r = 0; r < q.layout->n_regions; r++) {
+        parts[r] = host_base + cann_qlayout_region_offset(q.layout, q.n_blocks, r) + q.first * q.layout->region_bytes[r];
+    }
+    cann_qlayout_unpack(q.layout, parts, q.count, data);
+    return CLM_OK;
+}
+
+static clm_status image_buffer_get_raw(clm_buffer *buffer, size_t offset, void *dst, size_t size) {
+    memcpy(dst, ((cann_mapped_ctx *)buffer->context)->host + offset, size);
+    return CLM_OK;
+}
+
+static const struct clm_buffer_i image_buffer_iface = {
+    .free_buffer = mapped_buffer_free,
+    .get_base = mapped_buffer_base,
+    .init_tensor = image_buffer_init_tensor,
+    .memset_tensor = mapped_buffer_memset_tensor,
+    .set_tensor = mapped_buffer_set_tensor,
+    .get_tensor = image_buffer_get_tensor,
+    .clear = mapped_buffer_clear,
+    .get_raw = image_buffer_get_raw,
+};
+
+static clm_status register_host_buffer(cann_device_ctx *dev_ctx, clm_buffer_type *buft, struct clm_buffer_i iface,
+                                       void *ptr, size_t size, clm_buffer **out) {
     clm_status st = cann_set_device(dev_ctx->device);
     if (st != CLM_OK) return st;
     void *dev_ptr = NULL;
@@ -439,7 +494,7 @@ clm_status cann_buffer_from_host_ptr(cann_device_ctx *dev_ctx, void *ptr, size_t
         return clm_error(CLM_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     *ctx = (cann_mapped_ctx){.device = dev_ctx->device, .host = ptr, .dev_ptr = dev_ptr};
-    st = clm_buffer_init(&dev_ctx->mapped_buft, mapped_buffer_iface, ctx, size, out);
+    st = clm_buffer_init(buft, iface, ctx, size, out);
     if (st != CLM_OK) {
         aclrtHostUnregister(ptr);
         free(ctx);
@@ -447,7 +502,16 @@ clm_status cann_buffer_from_host_ptr(cann_device_ctx *dev_ctx, void *ptr, size_t
     return st;
 }
 
+clm_status cann_buffer_from_host_ptr(cann_device_ctx *dev_ctx, void *ptr, size_t size, clm_buffer **out) {
+    return register_host_buffer(dev_ctx, &dev_ctx->mapped_buft, mapped_buffer_iface, ptr, size, out);
+}
+
+clm_status cann_buffer_from_image(cann_device_ctx *dev_ctx, void *ptr, size_t size, clm_buffer **out) {
+    return register_host_buffer(dev_ctx, &dev_ctx->image_buft, image_buffer_iface, ptr, size, out);
+}
+
 static const char *mapped_buft_name(const clm_buffer_type *buft) { return buft_device_ctx(buft)->mapped_name; }
+static const char *image_buft_name(const clm_buffer_type *buft) { return buft_device_ctx(buft)->image_name; }
 
 /* GGUF aligns tensor data to 32 bytes by default: the placement rule of a model file's map. */
 static size_t mapped_buft_alignment(const clm_buffer_type *buft) { return 32; }
@@ -463,8 +527,15 @@ static clm_status mapped_buft_alloc(clm_buffer_type *buft, size_t size, clm_buff
                      "(clm_device_buffer_from_host_ptr), not allocated", mapped_buft_name(buft));
 }
 
+static clm_status image_buft_alloc(clm_buffer_type *buft, size_t size, clm_buffer **out) {
+    (void)size, (void)out;
+    return clm_error(CLM_ERR_UNSUPPORTED, "%s buffers are made over a device image in host memory "
+                     "(clm_device_buffer_from_image), not allocated", image_buft_name(buft));
+}
+
 void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev) {
     snprintf(dev_ctx->mapped_name, sizeof(dev_ctx->mapped_name), "%s_Mapped", dev_ctx->name);
+    snprintf(dev_ctx->image_name, sizeof(dev_ctx->image_name), "%s_Image", dev_ctx->name);
     dev_ctx->buft = (clm_buffer_type){
         .iface = {.get_name = device_buft_name,
                   .alloc_buffer = device_buft_alloc,
@@ -479,6 +550,15 @@ void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev) {
                   .alloc_buffer = mapped_buft_alloc,
                   .get_alignment = mapped_buft_alignment,
                   .get_alloc_size = mapped_buft_alloc_size,
+                  .is_host = device_buft_is_host},
+        .device = dev,
+        .context = dev_ctx,
+    };
+    dev_ctx->image_buft = (clm_buffer_type){   /* placed as the device type places, see above */
+        .iface = {.get_name = image_buft_name,
+                  .alloc_buffer = image_buft_alloc,
+                  .get_alignment = device_buft_alignment,
+                  .get_alloc_size = device_buft_alloc_size,
                   .is_host = device_buft_is_host},
         .device = dev,
         .context = dev_ctx,

@@ -23,10 +23,12 @@ typedef struct cann_device_ctx {
     int device;
     char name[16];          /* "CANN0" */
     char mapped_name[24];   /* "CANN0_Mapped" */
+    char image_name[24];    /* "CANN0_Image" */
     char description[64];   /* aclrtGetSocName(): "Ascend910B4", or "acl_host" */
     clm_buffer_type buft;   /* device memory */
     clm_buffer_type host_buft;
     clm_buffer_type mapped_buft;  /* host memory mapped for the device (aclrtHostRegister) */
+    clm_buffer_type image_buft;   /* a device buffer's image in host memory, mapped the same way */
 } cann_device_ctx;
 
 /* A pool of temporary device memory for op workspaces and intermediates, used in stream order:
@@ -287,6 +289,8 @@ void cann_buffer_types_init(cann_device_ctx *dev_ctx, clm_device *dev);
 bool cann_buffer_is_device(const clm_buffer *buffer);
 /* A buffer over host memory mapped with aclrtHostRegister (see clm_device_buffer_from_host_ptr). */
 clm_status cann_buffer_from_host_ptr(cann_device_ctx *dev_ctx, void *ptr, size_t size, clm_buffer **out);
+/* A buffer over a device buffer's image in host memory (see clm_device_buffer_from_image). */
+clm_status cann_buffer_from_image(cann_device_ctx *dev_ctx, void *ptr, size_t size, clm_buffer **out);
 /* Whether tensors of `type` keep ggml's bytes on the device (so they can lie in mapped memory). */
 bool cann_type_keeps_ggml_layout(int32_t type);
 int cann_buffer_device(const clm_buffer *buffer);

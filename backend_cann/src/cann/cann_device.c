@@ -37,11 +37,15 @@ static clm_buffer_type *device_host_buffer_type(clm_device *dev) {
 }
 
 static bool device_supports_buft(clm_device *dev, const clm_buffer_type *buft) {
-    return buft == &dev_ctx(dev)->buft || buft == &dev_ctx(dev)->mapped_buft;
+    return buft == &dev_ctx(dev)->buft || buft == &dev_ctx(dev)->mapped_buft || buft == &dev_ctx(dev)->image_buft;
 }
 
 static clm_status device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t size, clm_buffer **out) {
     return cann_buffer_from_host_ptr((cann_device_ctx *)dev->context, ptr, size, out);
+}
+
+static clm_status device_buffer_from_image(clm_device *dev, void *ptr, size_t size, clm_buffer **out) {
+    return cann_buffer_from_image((cann_device_ctx *)dev->context, ptr, size, out);
 }
 
 static bool device_maps_host_type(const clm_device *dev, int32_t type) {
@@ -95,6 +99,7 @@ static const struct clm_device_i cann_device_iface = {
     .get_host_buffer_type = device_host_buffer_type,
     .buffer_from_host_ptr = device_buffer_from_host_ptr,
     .maps_host_type = device_maps_host_type,
+    .buffer_from_image = device_buffer_from_image,
     .supports_op = cann_supports_op,
     .supports_buft = device_supports_buft,
     .offload_op = device_offload_op,

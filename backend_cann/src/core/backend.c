@@ -45,6 +45,16 @@ clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t si
     return dev->iface.buffer_from_host_ptr(dev, ptr, size, out);
 }
 
+clm_status clm_device_buffer_from_image(clm_device *dev, void *ptr, size_t size, clm_buffer **out) {
+    CLM_CHECK_ARG(dev != NULL && ptr != NULL && out != NULL, "clm_device_buffer_from_image: NULL argument");
+    *out = NULL;
+    if (!clm_device_caps_buffer_from_host_ptr(dev) || dev->iface.buffer_from_image == NULL)
+        return clm_error(CLM_ERR_UNSUPPORTED, "%s: buffers over a device image in host memory need a device whose "
+                         "memory is the host's (acl_host); copy the data into a device buffer", dev->iface.get_name(dev));
+    CLM_CHECK_ARG(size > 0, "clm_device_buffer_from_image: size is 0");
+    return dev->iface.buffer_from_image(dev, ptr, size, out);
+}
+
 clm_status clm_device_memory(clm_device *dev, size_t *free_bytes, size_t *total_bytes) {
     CLM_CHECK_ARG(dev != NULL && free_bytes != NULL && total_bytes != NULL, "clm_device_memory: NULL argument");
     return dev->iface.get_memory(dev, free_bytes, total_bytes);
@@ -140,6 +150,17 @@ clm_buffer_type *clm_buffer_buft(const clm_buffer *buffer) { return buffer->buft
 void clm_buffer_set_usage(clm_buffer *buffer, int32_t usage) { buffer->usage = usage; }
 int32_t clm_buffer_get_usage(const clm_buffer *buffer) { return buffer->usage; }
 bool clm_buffer_is_host(const clm_buffer *buffer) { return clm_buft_is_host(buffer->buft); }
+
+clm_status clm_buffer_get_raw(clm_buffer *buffer, size_t offset, void *dst, size_t size) {
+    CLM_CHECK_ARG(buffer != NULL && (dst != NULL || size == 0), "clm_buffer_get_raw: NULL argument");
+    CLM_CHECK_ARG(offset <= buffer->size && size <= buffer->size - offset,
+                  "clm_buffer_get_raw: bytes [%zu, %zu) are outside the %zu-byte buffer", offset, offset + size,
+                  buffer->size);
+    if (buffer->iface.get_raw == NULL)
+        return clm_error(CLM_ERR_UNSUPPORTED, "clm_buffer_get_raw: %s buffers have no raw read",
+                         clm_buft_name(buffer->buft));
+    return size == 0 ? CLM_OK : buffer->iface.get_raw(buffer, offset, dst, size);
+}
 
 clm_status clm_buffer_clear(clm_buffer *buffer, uint8_t value) {
     CLM_CHECK_ARG(buffer != NULL, "clm_buffer_clear: NULL buffer");

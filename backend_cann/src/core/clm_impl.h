@@ -66,6 +66,8 @@ struct clm_buffer_i {
     /* Copies src (in any buffer) into dst (in this buffer); CLM_ERR_UNSUPPORTED if it cannot. */
     clm_status (*cpy_tensor)(clm_buffer *buffer, const clm_tensor *src, clm_tensor *dst);
     clm_status (*clear)(clm_buffer *buffer, uint8_t value);
+    /* The raw bytes as stored (device layouts, padding); optional. */
+    clm_status (*get_raw)(clm_buffer *buffer, size_t offset, void *dst, size_t size);
 };
 
 struct clm_buffer {
@@ -113,6 +115,8 @@ struct clm_device_i {
     clm_status (*buffer_from_host_ptr)(clm_device *dev, void *ptr, size_t size,
                                        clm_buffer **out);                        /* optional */
     bool (*maps_host_type)(const clm_device *dev, int32_t type);                  /* optional */
+    clm_status (*buffer_from_image)(clm_device *dev, void *ptr, size_t size,
+                                    clm_buffer **out);                           /* optional */
     bool (*supports_op)(clm_device *dev, const clm_tensor *op);
     bool (*supports_buft)(clm_device *dev, const clm_buffer_type *buft);
     bool (*offload_op)(clm_device *dev, const clm_tensor *op);                   /* optional */
