@@ -201,12 +201,16 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=N
     buffers = [map_buffer] if map_buffer is not None else []
     image = _cached_image(gguf, device, groups, cache, check)
     if image is not None and image.entry is not None:
-        buffer = device.buffer_from_image(image.entry.image)
-        buffer.usage = backend.BufferUsage.WEIGHTS
-        backend.place_tensors([], image.entries, buffer)
-        buffers.append(buffer)
-        image.buffer = buffer
-        groups = {}
+        try:
+            buffer = device.buffer_from_image(image.entry.image)
+        except backend.CannError:       # e.g. registration refused: load as without the cache
+            image.entry = None
+        else:
+            buffer.usage = backend.BufferUsage.WEIGHTS
+            backend.place_tensors([], image.entries, buffer)
+            buffers.append(buffer)
+            image.buffer = buffer
+            groups = {}
     for buft, members in groups.items():
         try:
             placed = backend.alloc_tensors(members, buft, max_size=buft.max_size,
@@ -228,9 +232,9 @@ class CachedImage:
     """The weights buffer the weight cache covers: its layout, and the entry it was read from
     (None: the buffer is filled by the upload and written to the cache afterwards)."""
 
-    def __init__(self, cache, entries, total, layout, entry, why):
+    def __init__(self, cache, entries, total, layout, entry):
         self.cache, self.entries, self.total, self.layout = cache, entries, total, layout
-        self.entry, self.why = entry, why
+        self.entry = entry
         self.buffer = None
 
 
@@ -273,12 +277,10 @@ def _cached_image(gguf: GGUFFile, device, groups: dict, cache, check: bool) -> C
         return None
     entries, total = batches[0]
     layout = weight_cache.describe_layout(buft, entries)
-    entry, why = cache.lookup(gguf.path, gguf.stat, layout, total)
-    if entry is not None and check:
-        bad = _image_nonfinite(entries, entry.image)
-        if bad is not None:
-            entry, why = None, f"tensor {bad!r} has a non-finite value in {entry.path}"
-    return CachedImage(cache, entries, total, layout, entry, why)
+    entry, _ = cache.lookup(gguf.path, gguf.stat, layout, total)
+    if entry is not None and check and _image_nonfinite(entries, entry.image) is not None:
+        entry = None        # damaged: rebuilt from the GGUF, whose own check names what is wrong
+    return CachedImage(cache, entries, total, layout, entry)
 
 
 def _check_finite(info: TensorInfo, chunk, first_row: int, n_rows: int) -> None:
