@@ -6,8 +6,11 @@
  * applied in order, so with repeated indices the last one wins. An index out of range is an
  * error of the launch (reported by the stream).
  * ArgMax: the index of the first maximum along dim (NaN counts as the maximum, as torch), out
- * INT64 or INT32 with dim removed (or 1 when keepdim). Rows run in parallel.
+ * INT64 or INT32 with dim removed (or 1 when keepdim). Rows run in parallel; a long dense F32 row
+ * (a decode step's logits) is scanned in fixed chunks in parallel and the chunks' results are
+ * combined in order, so the index is the same for any thread count.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "ah_rows.h"
@@ -134,6 +137,75 @@ static void argmax_rows(void *vctx, int64_t begin, int64_t end) {
     free(buf);
 }
 
+/* ---- dense F32 rows, in chunks ---- */
+#define ARGMAX_CHUNK 16384 /* elements per task of a long row (64 KB: stays in L2 for pass 2) */
+#define ARGMAX_LANES 16
+
+typedef struct argmax_part {
+    int64_t idx; /* the chunk's first maximum, or its first NaN */
+    float v;
+    bool nan;
+} argmax_part;
+
+typedef struct argmax_f32_ctx {
+    ah_rows x;
+    int64_t n_chunks;
+    argmax_part *parts; /* n_rows * n_chunks */
+} argmax_f32_ctx;
+
+/* The first maximum of x[0, n) (n > 0), or its first NaN (*nan set). Pass 1 takes the largest
+ * value in independent lanes (vectorised by the compiler) and notes any NaN; pass 2 finds its
+ * first position. Comparisons are exact, so the result does not depend on the lane order. */
+static int64_t first_max_f32(const float *x, int64_t n, float *value, bool *nan) {
+    float lane[ARGMAX_LANES];
+    int any_nan = 0;
+    for (int l = 0; l < ARGMAX_LANES; l++)
+        lane[l] = -INFINITY;
+    int64_t i = 0;
+    for (; i + ARGMAX_LANES <= n; i += ARGMAX_LANES)
+        for (int l = 0; l < ARGMAX_LANES; l++) {
+            float v = x[i + l];
+            any_nan |= v != v;
+            lane[l] = v > lane[l] ? v : lane[l];
+        }
+    for (; i < n; i++) {
+        any_nan |= x[i] != x[i];
+        lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    }
+    *nan = any_nan != 0;
+    if (any_nan) {
+        for (i = 0; x[i] == x[i]; i++) {}
+        *value = x[i];
+        return i;
+    }
+    float m = lane[0];
+    for (int l = 1; l < ARGMAX_LANES; l++)
+        m = lane[l] > m ? lane[l] : m;
+    for (i = 0; i < n - 1 && x[i] != m; i++) {} /* m is one of the values (or all are -inf) */
+    *value = m;
+    return i;
+}
+
+static void argmax_chunks(void *vctx, int64_t begin, int64_t end) {
+    const argmax_f32_ctx *c = vctx;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t row = t / c->n_chunks, at = t % c->n_chunks * ARGMAX_CHUNK;
+        int64_t n = c->x.len - at < ARGMAX_CHUNK ? c->x.len - at : ARGMAX_CHUNK;
+        const float *x = (const float *)ah_rows_ptr(&c->x, row) + at;
+        argmax_part *p = &c->parts[t];
+        p->idx = at + first_max_f32(x, n, &p->v, &p->nan);
+    }
+}
+
+/* Chunks in order: the first NaN wins, else the first chunk holding the largest value. */
+static int64_t argmax_combine(const argmax_part *parts, int64_t n_chunks) {
+    const argmax_part *best = &parts[0];
+    for (int64_t k = 0; k < n_chunks && !best->nan; k++)
+        if (parts[k].nan || parts[k].v > best->v)
+            best = &parts[k];
+    return best->idx;
+}
+
 static aclError argmax_run(const aclOpExecutor *ex, void *workspace) {
     (void)workspace;
     const argmax_params *p = AH_EXEC_PARAMS(ex, const argmax_params);
@@ -141,8 +213,23 @@ static aclError argmax_run(const aclOpExecutor *ex, void *workspace) {
     argmax_ctx c;
     ah_rows_init(&c.x, x, x->ndim > 0 ? 1u << p->dim : 0u);
     ah_rows_init(&c.y, &ex->tensors[p->slot_out], 0u);
-    if (c.x.n_rows > 0 && c.x.len > 0)
-        ah_parallel_for(c.x.n_rows, ah_rows_grain(c.x.len), argmax_rows, &c);
+    if (c.x.n_rows == 0 || c.x.len == 0)
+        return ACL_SUCCESS;
+    if (c.x.dtype == ACL_FLOAT && ah_rows_dense(&c.x)) {
+        argmax_f32_ctx f = {c.x, (c.x.len + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK, NULL};
+        f.parts = malloc((size_t)(c.x.n_rows * f.n_chunks) * sizeof *f.parts);
+        if (!f.parts)
+            return ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclnnArgMax: out of host memory");
+        ah_parallel_for(c.x.n_rows * f.n_chunks, f.n_chunks > 1 ? 1 : ah_rows_grain(c.x.len),
+                        argmax_chunks, &f);
+        for (int64_t row = 0; row < c.x.n_rows; row++) {
+            int64_t best = argmax_combine(&f.parts[row * f.n_chunks], f.n_chunks);
+            ah_store_i64(c.y.dtype, ah_rows_ptr(&c.y, row), 0, 1, &best);
+        }
+        free(f.parts);
+        return ACL_SUCCESS;
+    }
+    ah_parallel_for(c.x.n_rows, ah_rows_grain(c.x.len), argmax_rows, &c);
     return ACL_SUCCESS;
 }
 

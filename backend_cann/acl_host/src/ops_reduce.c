@@ -30,12 +30,15 @@ typedef struct rsum_ctx {
 static void rsum_rows(void *vctx, int64_t begin, int64_t end) {
     const rsum_ctx *c = vctx;
     int64_t n = c->x.len;
-    void *buf = malloc((size_t)(n > 0 ? n : 1) * (c->f32 ? sizeof(float) : sizeof(double)));
-    if (!buf)
+    bool in_place = c->x.dtype == ACL_FLOAT && ah_rows_dense(&c->x); /* no copy: the same sum */
+    void *buf = in_place ? NULL : malloc((size_t)(n > 0 ? n : 1) * (c->f32 ? sizeof(float) : sizeof(double)));
+    if (!in_place && !buf)
         return;
     for (int64_t row = begin; row < end; row++) {
         double s;
-        if (c->f32) {
+        if (in_place) {
+            s = n > 0 ? (double)ah_sum_f32((const float *)ah_rows_ptr(&c->x, row), n) : 0.0;
+        } else if (c->f32) {
             ah_rows_load(&c->x, row, buf);
             s = n > 0 ? (double)ah_sum_f32(buf, n) : 0.0;
         } else {
