@@ -187,7 +187,7 @@ def _add_pick(fg, n_vocab: int) -> dict:
     backend.logits_scan picks), and "verdict", SUM_ROWS of the rows cut into `parts` equal
     pieces (F32 [1, parts * n_outputs]; parts: the least divisor of n_vocab with pieces of at
     most _PICK_CHUNK values, else 1): NaN and inf carry into a sum, so all of them finite
-    proves every logit finite (a sum that overflows only sends the step to the host's scan).
+    proves every logit finite (a piece that overflows only sends the step to the host's scan).
     The pieces are independent reductions the device can run in parallel."""
     ctx, graph, logits = fg.ctx, fg.graph, fg.logits
     n_out = logits.ne[1]
@@ -202,16 +202,17 @@ def _add_pick(fg, n_vocab: int) -> dict:
     return {"pick": pick, "verdict": verdict}
 
 
-def _device_picks(pick: np.ndarray, verdict: np.ndarray, banned: list) -> list | None:
-    """The device's greedy picks (pick: int32 per row) as Python ints when they are the ones
-    backend.logits_scan would give: the verdict's partial sums are all finite (so is every
-    logit) and no row's pick is one of its banned ids (a pick outside them is also the best
-    among the ids left: the lowest id of the same largest value). None: the host decides."""
-    if not math.isfinite(float(verdict.sum())):
+def _device_picks(picks: list, verdict: list, banned: list) -> list | None:
+    """The device's greedy picks (a Python int per row) when they are the ones
+    backend.logits_scan would give: the verdict's partial sums (Python floats) are all finite
+    (so is every logit) and no row's pick is one of its banned ids (a pick outside them is
+    also the best among the ids left: the lowest id of the same largest value). None: the
+    host decides. Python numbers, no numpy: right after a decode step the caches hold the
+    kernels' data, and each numpy call then costs several microseconds (a ufunc tens)."""
+    if not all(map(math.isfinite, verdict)):
         return None
-    picks = pick.tolist()
     for p, bans in zip(picks, banned):
-        if bans.size and p in bans:
+        if bans.size and p in bans.tolist():
             return None
     return picks
 
@@ -528,9 +529,11 @@ class Model:
         kept = plan.run_kept(values, _PICK_OUTPUTS)
         if kept is None:                   # a CPU split, or a profile: every output is read
             out = plan.run(values)
-            picks = _device_picks(out["pick"], out["verdict"], banned)
+            picks = _device_picks(out["pick"].reshape(-1).tolist(),
+                                  out["verdict"].reshape(-1).tolist(), banned)
             return (picks, None, None) if picks is not None else (None, out["logits"], None)
-        picks = _device_picks(kept["pick"][0], kept["verdict"][0], banned)
+        verdict = kept["verdict"]
+        picks = _device_picks(kept["pick"][1][0:n_tokens], verdict[1][0:verdict[0].size], banned)
         if picks is not None:
             return picks, None, None
         return (None, *plan.read_kept("logits"))

@@ -196,6 +196,9 @@ class Scheduler:
             s.close()
 
 
+_C_ARRAYS = {np.dtype(np.float32): "float[]", np.dtype(np.int32): "int32_t[]"}
+
+
 class Plan:
     """One graph split, allocated and ready to run many times (decode reuses it per token)."""
 
@@ -565,7 +568,8 @@ class Plan:
     def run_kept(self, values: dict, names: tuple | None = None) -> dict | None:
         """run() for a caller done with the outputs before the next run of this plan (the
         engine's decode steps): they are read into arrays the plan keeps (no allocation per
-        step), name -> (array, pointer to its data). names: only these outputs are read (the
+        step), name -> (array, pointer to its data: a cffi float[] / int32_t[] for F32 / I32
+        outputs, whose items read as Python numbers). names: only these outputs are read (the
         others' arrays are stale until read_kept). None when run() must be used instead (the
         plan involves the CPU, or a profile is being recorded)."""
         if profiler.active() is not None:
@@ -580,7 +584,7 @@ class Plan:
             kept = {}
             for name, _, _, shape, dtype in steps[2]:
                 array = np.empty(shape, dtype)
-                kept[name] = (array, be.array_pointer(array))
+                kept[name] = (array, be.array_pointer(array, _C_ARRAYS.get(array.dtype, "char[]")))
             self._kept = kept
         if names is None:
             self._run_device(values, *steps, kept=kept)
