@@ -354,10 +354,10 @@ class Engine:
         try:
             if prefill is None:     # one token per sequence: the greedy picks come with the check
                 bans = [s.sampler.greedy_bans for s in decoding]
-                logits, picks = model.decode_step(
+                need = any(b is None for b in bans) or any(s.logprobs is not None for s in decoding)
+                logits, picks = model.decode_step(       # logits None: the picks were enough
                     [s.next_token for s in decoding], [len(s.tokens) for s in decoding],
-                    [s.id for s in decoding], bans,
-                    logits=any(b is None for b in bans) or any(s.logprobs is not None for s in decoding))
+                    [s.id for s in decoding], bans, logits=need)
             else:
                 tokens, pos, seq_ids, want = [], [], [], []
                 for seq, n in rows:

@@ -465,7 +465,8 @@ class Model:
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
     def decode_step(self, tokens: list[int], pos: list[int], seq_ids: list[int],
-                    banned: list | None = None, logits: bool = True) -> tuple[np.ndarray | None, list]:
+                    banned: list | None = None,
+                    logits: bool = True) -> tuple[np.ndarray | None, list]:
         """decode() of one token per sequence (lists of Python ints), every row wanting logits:
         the engine's steps without a prefill chunk, with no Batch and one scan of the cells.
         banned: per row None, or the ascending ids (Sampler.greedy_bans) its greedy pick skips.
