@@ -98,6 +98,27 @@ def test_rows_that_need_their_logits_read_them_in_a_batch(smol, scans):
     assert scans[0] >= 7                          # the batched decode steps read the logits
 
 
+def test_greedy_sequences_together_pick_on_the_device_as_alone(smol, scans):
+    """Batched decode steps of greedy sequences (one with end of generation banned) read no
+    logits, and each sequence's tokens are the ones it gives alone (batch invariance)."""
+    engine = Engine(smol)
+    smol.kv.clear()
+    prompts = [smol.tokenize(t) for t in ("One two three", "The sky is", "Water boils at")]
+    bans = {t: float("-inf") for t in smol.tokenizer.eog_ids}
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.0, logit_bias=bans),
+              SamplingParams(temperature=0.0)]
+
+    def run(which):
+        seqs = [engine.add(prompts[i], params[i], max_tokens=10) for i in which]
+        engine.run()
+        for s in seqs:
+            engine.release(s)
+        return [s.generated for s in seqs]
+    alone = [run([i])[0] for i in range(3)]
+    scans[0] = 0
+    assert run([0, 1, 2]) == alone and scans[0] == 0
+
+
 def test_the_non_finite_error_is_the_host_scans(tmp_path):
     """A token whose embedding is NaN makes every logit of its step NaN: the device's verdict
     sends the step to the host's scan, which raises the error the host path raises."""
