@@ -4,8 +4,9 @@
  * empty list is not implemented by acl_host), kept as 1 when keepDims; out has the reduced
  * shape and the dtype `dtype`. FLOAT / FLOAT16 / BF16 rows are read as F32 and summed in the
  * fixed 16-lane order of ah_rows.h (the same bits for any thread count, batch or instruction
- * set), DOUBLE and integer / BOOL rows in double (exact to 2^53); the sum is converted once to
- * out's dtype. Complex dtypes are not implemented by acl_host.
+ * set; a dense F32 row is summed where it lies, other rows through a copy), DOUBLE and integer /
+ * BOOL rows in double (exact to 2^53); the sum is converted once to out's dtype. Complex dtypes
+ * are not implemented by acl_host.
  * Argsort: out (INT64, self's shape) holds, along dim, the indices that sort self ascending or
  * descending. acl_host's order is total and deterministic: NaN above every number (last
  * ascending, first descending, as torch), and equal keys in ascending index order (a stable
