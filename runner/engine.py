@@ -353,9 +353,11 @@ class Engine:
         picks = None
         try:
             if prefill is None:     # one token per sequence: the greedy picks come with the check
-                logits, picks = model.decode_step(
+                bans = [s.sampler.greedy_bans for s in decoding]
+                need = any(b is None for b in bans) or any(s.logprobs is not None for s in decoding)
+                logits, picks = model.decode_step(       # logits None: the picks were enough
                     [s.next_token for s in decoding], [len(s.tokens) for s in decoding],
-                    [s.id for s in decoding], [s.sampler.greedy_bans for s in decoding])
+                    [s.id for s in decoding], bans, logits=need)
             else:
                 tokens, pos, seq_ids, want = [], [], [], []
                 for seq, n in rows:
@@ -390,7 +392,7 @@ class Engine:
             else:
                 seq.tokens.append(seq.next_token)
                 seq.next_token = None
-            events.append((seq, self._draw_safely(seq, logits[row],
+            events.append((seq, self._draw_safely(seq, None if logits is None else logits[row],
                                                   None if picks is None else picks[row])))
             row += 1
         return events

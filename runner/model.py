@@ -11,6 +11,7 @@ for N_KV_PAD tokens.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import re
 import time
@@ -176,6 +177,46 @@ def _scan_logits(logits: np.ndarray, pos, seq_ids, path, banned, data=None) -> l
     return picks
 
 
+_PICK_OUTPUTS = ("pick", "verdict")     # what a greedy decode step reads when the picks stand
+_PICK_CHUNK = 16384                     # most logits per partial sum of the verdict
+
+
+def _add_pick(fg, n_vocab: int) -> dict:
+    """The greedy decode graph's extra outputs, after the logits F32 [n_vocab, n_outputs]:
+    "pick", ARGMAX of each row (I32 [n_outputs]: the first largest value, the lowest id, as
+    backend.logits_scan picks), and "verdict", SUM_ROWS of the rows cut into `parts` equal
+    pieces (F32 [1, parts * n_outputs]; parts: the least divisor of n_vocab with pieces of at
+    most _PICK_CHUNK values, else 1): NaN and inf carry into a sum, so all of them finite
+    proves every logit finite (a piece that overflows only sends the step to the host's scan).
+    The pieces are independent reductions the device can run in parallel."""
+    ctx, graph, logits = fg.ctx, fg.graph, fg.logits
+    n_out = logits.ne[1]
+    parts = next((d for d in range(-(-n_vocab // _PICK_CHUNK), 65) if n_vocab % d == 0), 1)
+    pick = ctx.argmax(logits)
+    pick.name = "result_pick"
+    verdict = ctx.sum_rows(ctx.reshape(logits, [n_vocab // parts, parts * n_out]))
+    verdict.name = "result_verdict"
+    for t in (pick, verdict):
+        t.mark_output()
+        graph.build_forward(t)
+    return {"pick": pick, "verdict": verdict}
+
+
+def _device_picks(picks: list, verdict: list, banned: list) -> list | None:
+    """The device's greedy picks (a Python int per row) when they are the ones
+    backend.logits_scan would give: the verdict's partial sums (Python floats) are all finite
+    (so is every logit) and no row's pick is one of its banned ids (a pick outside them is
+    also the best among the ids left: the lowest id of the same largest value). None: the
+    host decides. Python numbers, no numpy: right after a decode step the caches hold the
+    kernels' data, and each numpy call then costs several microseconds (a ufunc tens)."""
+    if not all(map(math.isfinite, verdict)):
+        return None
+    for p, bans in zip(picks, banned):
+        if bans.size and p in bans.tolist():
+            return None
+    return picks
+
+
 def _nonfinite_error(logits: np.ndarray, row: int, pos, seq_ids, path, what, out_ids):
     n_bad = int((~np.isfinite(logits[row])).sum())
     token = row if out_ids is None else int(out_ids[row])
@@ -244,6 +285,9 @@ class Model:
             layer_buft = [slots[il * n_dev // hp.n_layer].buffer_type for il in range(hp.n_layer)]
             out_buft = slots[-1].buffer_type
         self.sched = Scheduler(slots)
+        # greedy decode steps take their picks on the device (decode_step) where the decode graph
+        # runs on one device alone; False: every step reads its logits and scans them on the host
+        self.pick_on_device = len(slots) == 1 and shard is None
 
         from .loader import layer_index
         from .weights import load_weights
@@ -361,10 +405,12 @@ class Model:
 
     # ---- forward -------------------------------------------------------------------------------
     def _get_plan(self, n_tokens: int, n_kv: int, n_outputs: int, each_node: bool = False,
-                  embeddings: bool = False):
+                  embeddings: bool = False, pick: bool = False):
         """The (ForwardGraph, Plan) of this shape and kind; embeddings: the graph that stops at
-        result_norm (its output "embd") instead of the logits (output "logits")."""
-        key = (n_tokens, n_kv, n_outputs, each_node, embeddings)
+        result_norm (its output "embd") instead of the logits (output "logits"); pick: the
+        logits graph with the greedy picks and their finiteness verdict as outputs too
+        (_add_pick)."""
+        key = (n_tokens, n_kv, n_outputs, each_node, embeddings, pick)
         entry = self._graphs.get(key)
         if entry is not None and entry[1].generation != self.sched.generation:
             entry = None
@@ -374,6 +420,8 @@ class Model:
                                  n_outputs, flash_attn=self.flash_attn, embeddings=embeddings,
                                  tp=self._tp_graph)
                 outputs = {"embd": fg.embd} if embeddings else {"logits": fg.logits}
+                if pick:
+                    outputs.update(_add_pick(fg, self.hparams.n_vocab))
                 plan = self.sched.plan(fg.graph, fg.inputs, outputs, split_each_node=each_node)
             entry = (fg, plan)
             if self.sched.generation != plan.generation:    # buffers grew: drop stale plans
@@ -419,16 +467,21 @@ class Model:
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
     def decode_step(self, tokens: list[int], pos: list[int], seq_ids: list[int],
-                    banned: list | None = None) -> tuple[np.ndarray, list]:
+                    banned: list | None = None,
+                    logits: bool = True) -> tuple[np.ndarray | None, list]:
         """decode() of one token per sequence (lists of Python ints), every row wanting logits:
         the engine's steps without a prefill chunk, with no Batch and one scan of the cells.
         banned: per row None, or the ascending ids (Sampler.greedy_bans) its greedy pick skips.
         Returns the logits float32 [n, n_vocab], checked as decode() checks them (valid until the
         next decode_step: they may be read into an array the graph's plan keeps), and per row
-        that pick (backend.logits_scan: -1 when every id is banned), None where banned is."""
+        that pick (backend.logits_scan: -1 when every id is banned), None where banned is.
+        logits=False (the caller reads only the picks, every row has one): when the device's
+        picks stand (pick_on_device; all logits finite, no pick banned) the logits are not read
+        and None comes back in their place; otherwise as above."""
         n = len(tokens)
         if banned is None:
             banned = [None] * n
+        pick = not logits and self.pick_on_device and all(b is not None for b in banned)
         if n == 0 or n > self.n_batch:
             return self.decode(Batch(tokens, pos, seq_ids, [True] * n)), [None] * n
         n_vocab = self.hparams.n_vocab
@@ -450,11 +503,16 @@ class Model:
                       "inp_out_ids": _ONE_ROW if n == 1 else np.arange(n, dtype=np.int32)}
             if self._swa:
                 values["kq_mask_swa"] = kv.mask(n_kv, pos, seq_ids, n_swa=self.hparams.extra["n_swa"])
-            logits, data = self._forward_step(n, n_kv, values)
+            if pick:
+                picks, out, data = self._pick_step(n, n_kv, values, banned)
+                if picks is not None:
+                    return None, picks
+            else:
+                out, data = self._forward_step(n, n_kv, values)
         except BaseException:
             kv.release(cells)
             raise
-        rows = logits.reshape(-1, n_vocab)
+        rows = out.reshape(-1, n_vocab)
         return rows, _scan_logits(rows, pos, seq_ids, self.gguf.path, banned, data)
 
     def _forward_step(self, n_tokens: int, n_kv: int, values: dict):
@@ -465,6 +523,23 @@ class Model:
         if kept is not None:
             return kept["logits"]
         return plan.run(values)["logits"], None
+
+    def _pick_step(self, n_tokens: int, n_kv: int, values: dict, banned: list):
+        """A greedy decode step's graph run with the picks taken on the device: (picks, None,
+        None) when they stand (_device_picks), else (None, logits, pointer or None) as
+        _forward_step gives them, read only now (the device still holds them)."""
+        fg, plan = self._get_plan(n_tokens, n_kv, n_tokens, pick=True)
+        kept = plan.run_kept(values, _PICK_OUTPUTS)
+        if kept is None:                   # a CPU split, or a profile: every output is read
+            out = plan.run(values)
+            picks = _device_picks(out["pick"].reshape(-1).tolist(),
+                                  out["verdict"].reshape(-1).tolist(), banned)
+            return (picks, None, None) if picks is not None else (None, out["logits"], None)
+        verdict = kept["verdict"]
+        picks = _device_picks(kept["pick"][1][0:n_tokens], verdict[1][0:verdict[0].size], banned)
+        if picks is not None:
+            return picks, None, None
+        return (None, *plan.read_kept("logits"))
 
     def _decode_ubatch(self, tokens, pos, seq_ids, want, eval_callback, embeddings=False):
         n = len(tokens)

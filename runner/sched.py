@@ -196,6 +196,9 @@ class Scheduler:
             s.close()
 
 
+_C_ARRAYS = {np.dtype(np.float32): "float[]", np.dtype(np.int32): "int32_t[]"}
+
+
 class Plan:
     """One graph split, allocated and ready to run many times (decode reuses it per token)."""
 
@@ -208,6 +211,7 @@ class Plan:
         self._reads = None                   # _output_reads()
         self._device_steps = None            # _device_only()
         self._kept = None                    # run_kept()'s outputs
+        self._kept_reads: dict = {}          # run_kept(names=): names -> its reads
         self.ctx = be.Context(max_tensors=4096)
         self.nodes = [n for n in graph.nodes]
         self.index = {n.address: i for i, n in enumerate(self.nodes)}
@@ -561,10 +565,12 @@ class Plan:
             backend.synchronize()
         return out
 
-    def run_kept(self, values: dict) -> dict | None:
+    def run_kept(self, values: dict, names: tuple | None = None) -> dict | None:
         """run() for a caller done with the outputs before the next run of this plan (the
         engine's decode steps): they are read into arrays the plan keeps (no allocation per
-        step), name -> (array, pointer to its data). None when run() must be used instead (the
+        step), name -> (array, pointer to its data: a cffi float[] / int32_t[] for F32 / I32
+        outputs, whose items read as Python numbers). names: only these outputs are read (the
+        others' arrays are stale until read_kept). None when run() must be used instead (the
         plan involves the CPU, or a profile is being recorded)."""
         if profiler.active() is not None:
             return None
@@ -578,10 +584,28 @@ class Plan:
             kept = {}
             for name, _, _, shape, dtype in steps[2]:
                 array = np.empty(shape, dtype)
-                kept[name] = (array, be.array_pointer(array))
+                kept[name] = (array, be.array_pointer(array, _C_ARRAYS.get(array.dtype, "char[]")))
             self._kept = kept
-        self._run_device(values, *steps, kept=kept)
+        if names is None:
+            self._run_device(values, *steps, kept=kept)
+        else:
+            reads = self._kept_reads.get(names)
+            if reads is None:
+                reads = self._kept_reads[names] = [r for r in steps[2] if r[0] in names]
+            self._run_device(values, steps[0], steps[1], reads, steps[3], kept=kept)
         return kept
+
+    def read_kept(self, name: str) -> tuple:
+        """After run_kept(values, names) without `name`: that output too, read into its kept
+        array now, (array, pointer). The device still holds it: nothing runs in between (the
+        plans share the compute buffers, so this must come before any other plan's run)."""
+        for out, backend, t, _, _ in self._device_steps[2]:
+            if out == name:
+                array, data = self._kept[name]
+                backend.get_tensor_async(t, array, data=data)
+                backend.synchronize()
+                return array, data
+        raise KeyError(f"no output {name!r} in this plan")
 
     def _uploads(self) -> list:
         """(backend, [(input name, tensor), ...]) of the device copies of the inputs, per backend

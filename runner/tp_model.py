@@ -90,6 +90,8 @@ class TPModel(Model):
     there; an eval callback (the diff tool) needs a single-process model. compiled_graph: each
     step through a Ray compiled graph (default), else plain actor calls."""
 
+    pick_on_device = False      # rank 0 returns the gathered logits: the host scans them
+
     def __init__(self, path, n_ranks: int, device="CANN0", n_ctx=4096, n_threads=None,
                  n_batch=512, flash_attn=True, convert=None, verbose=False, log=None,
                  check_weights=True, chat_template=None, type_k="f16", type_v="f16",

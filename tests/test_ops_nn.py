@@ -116,6 +116,24 @@ def test_argmax_first_maximum(device, backend, T):
     assert out[2] == 17
 
 
+def test_argmax_of_long_rows_is_the_first_maximum(device, backend, T):
+    """Rows longer than acl_host's ArgMax chunk (16384 values, scanned in parallel, combined in
+    order): ties across chunks go to the lowest id, the first NaN wins over any number (as
+    torch), a row of -inf gives 0, and -0.0 ties with 0.0."""
+    n = 70000
+    x = rng.standard_normal((6, n)).astype(np.float32)
+    x[0, [60000, 20000, 50000]] = 9.0                 # a tie over three chunks
+    x[1, 40000], x[1, 30000], x[1, 5] = np.nan, np.nan, 1e30   # NaN beats the largest number
+    x[2] = -np.inf
+    x[3] = -1.0
+    x[3, 33000], x[3, 16384] = 0.0, -0.0              # equal: the first one, a chunk's first value
+    x[4, n - 1] = 9.0                                 # the last value, in the short last chunk
+    x[5, 16383] = x[5, 16384] = 9.0                   # across a chunk boundary
+    out = run(device, backend, lambda ctx, t: ctx.argmax(t["x"]), {"x": (T.F32, (n, 6), x)})
+    assert out.tolist() == [20000, 30000, 0, 16384, n - 1, 16383]
+    assert out.tolist() == np.argmax(x, axis=-1).tolist()
+
+
 # ---- SOFT_MAX ------------------------------------------------------------------------------------
 
 def alibi_slopes(max_bias, n_head):

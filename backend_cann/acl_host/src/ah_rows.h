@@ -33,6 +33,11 @@ void ah_rows_store(const ah_rows *r, int64_t row, const float *src);
 void ah_rows_load_f64(const ah_rows *r, int64_t row, double *dst);
 void ah_rows_store_f64(const ah_rows *r, int64_t row, const double *src);
 
+/* Whether each row is one run of adjacent elements (read in place, no gather). */
+static inline bool ah_rows_dense(const ah_rows *r) {
+    return r->n_inner == 1 && r->inner_strides[0] == (int64_t)ah_dtype_size(r->dtype);
+}
+
 /* Fixed-order (16-lane) sums of x[i] and x[i]*x[i]. */
 float ah_sum_f32(const float *x, int64_t n);
 float ah_sum_sq_f32(const float *x, int64_t n);

@@ -6,11 +6,21 @@
  * applied in order, so with repeated indices the last one wins. An index out of range is an
  * error of the launch (reported by the stream).
  * ArgMax: the index of the first maximum along dim (NaN counts as the maximum, as torch), out
- * INT64 or INT32 with dim removed (or 1 when keepdim). Rows run in parallel.
+ * INT64 or INT32 with dim removed (or 1 when keepdim). Rows run in parallel. A dense F32 row (a
+ * decode step's logits) is cut into fixed chunks whose maxima (and NaN flags) are taken in
+ * parallel, in vectors; the chunks are combined in order and only the chosen one is searched
+ * for the position, so the index is the same for any thread count or instruction set.
  */
+#include <math.h>
 #include <stdlib.h>
 
+#include "ah_convert.h"
 #include "ah_rows.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define AH_X86 1
+#include <immintrin.h>
+#endif
 
 
 #define INDEX_TYPES (AH_DTYPE_BIT(ACL_INT32) | AH_DTYPE_BIT(ACL_INT64))
@@ -134,6 +144,153 @@ static void argmax_rows(void *vctx, int64_t begin, int64_t end) {
     free(buf);
 }
 
+/* ---- dense F32 rows, in chunks ---- */
+#define ARGMAX_CHUNK 16384 /* elements per task of a long row */
+#define ARGMAX_LANES 16
+
+typedef struct argmax_part {
+    float v;  /* the chunk's largest value */
+    bool nan; /* whether it holds a NaN */
+} argmax_part;
+
+typedef struct argmax_f32_ctx {
+    ah_rows x;
+    int64_t n_chunks;
+    argmax_part *parts; /* n_rows * n_chunks */
+} argmax_f32_ctx;
+
+/* The largest value of x[0, n) (-inf for none) and whether a NaN was seen, in vectors where the
+ * CPU has them (max(v, m) keeps m when v is NaN; a NaN is noted apart). */
+static float chunk_max_scalar(const float *x, int64_t n, bool *nan) {
+    float lane[ARGMAX_LANES];
+    int any_nan = 0;
+    for (int l = 0; l < ARGMAX_LANES; l++)
+        lane[l] = -INFINITY;
+    int64_t i = 0;
+    for (; i + ARGMAX_LANES <= n; i += ARGMAX_LANES)
+        for (int l = 0; l < ARGMAX_LANES; l++) {
+            float v = x[i + l];
+            any_nan |= v != v;
+            lane[l] = v > lane[l] ? v : lane[l];
+        }
+    for (; i < n; i++) {
+        any_nan |= x[i] != x[i];
+        lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    }
+    float m = lane[0];
+    for (int l = 1; l < ARGMAX_LANES; l++)
+        m = lane[l] > m ? lane[l] : m;
+    *nan = any_nan != 0;
+    return m;
+}
+
+#ifdef AH_X86
+__attribute__((target("avx2"))) static float chunk_max_avx2(const float *x, int64_t n, bool *nan) {
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, bad = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q)));
+        m0 = _mm256_max_ps(a, m0);
+        m1 = _mm256_max_ps(b, m1);
+    }
+    float lane[8], m;
+    _mm256_storeu_ps(lane, _mm256_max_ps(m0, m1));
+    bool tail_nan;
+    m = chunk_max_scalar(x + i, n - i, &tail_nan);
+    for (int l = 0; l < 8; l++)
+        m = lane[l] > m ? lane[l] : m;
+    *nan = tail_nan || _mm256_movemask_ps(bad) != 0;
+    return m;
+}
+
+__attribute__((target("avx512f"))) static float chunk_max_avx512(const float *x, int64_t n, bool *nan) {
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    __mmask16 bad = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        bad |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+        m0 = _mm512_max_ps(a, m0);
+        m1 = _mm512_max_ps(b, m1);
+    }
+    float lane[16], m;
+    _mm512_storeu_ps(lane, _mm512_max_ps(m0, m1));
+    bool tail_nan;
+    m = chunk_max_scalar(x + i, n - i, &tail_nan);
+    for (int l = 0; l < 16; l++)
+        m = lane[l] > m ? lane[l] : m;
+    *nan = tail_nan || bad != 0;
+    return m;
+}
+#endif
+
+/* The largest value of x[0, n) (n > 0; -inf for none) and whether it holds a NaN. */
+static float chunk_max(const float *x, int64_t n, bool *nan) {
+#ifdef AH_X86
+    switch (ah_isa()) {
+    case AH_ISA_AVX512: return chunk_max_avx512(x, n, nan);
+    case AH_ISA_AVX2: return chunk_max_avx2(x, n, nan);
+    default: break;
+    }
+#endif
+    return chunk_max_scalar(x, n, nan);
+}
+
+/* The first position in x[0, n) of a NaN (nan) or of the value m, which x holds. */
+#ifdef AH_X86
+__attribute__((target("avx512f"))) static int64_t first_equal_avx512(const float *x, int64_t n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __mmask16 eq = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), mv, _CMP_EQ_OQ);
+        if (eq)
+            return i + __builtin_ctz((unsigned)eq);
+    }
+    while (i < n - 1 && x[i] != m)
+        i++;
+    return i;
+}
+#endif
+
+static int64_t first_position(const float *x, int64_t n, float m, bool nan) {
+    int64_t i = 0;
+    if (nan) {
+        while (x[i] == x[i])
+            i++;
+        return i;
+    }
+#ifdef AH_X86
+    if (ah_isa() == AH_ISA_AVX512)
+        return first_equal_avx512(x, n, m);
+#endif
+    while (i < n - 1 && x[i] != m) /* m is one of the values (or every value is -inf) */
+        i++;
+    return i;
+}
+
+static void argmax_chunks(void *vctx, int64_t begin, int64_t end) {
+    const argmax_f32_ctx *c = vctx;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t row = t / c->n_chunks, at = t % c->n_chunks * ARGMAX_CHUNK;
+        int64_t n = c->x.len - at < ARGMAX_CHUNK ? c->x.len - at : ARGMAX_CHUNK;
+        argmax_part *p = &c->parts[t];
+        p->v = chunk_max((const float *)ah_rows_ptr(&c->x, row) + at, n, &p->nan);
+    }
+}
+
+/* A row's index from its chunks' maxima, in order: the first chunk with a NaN, else the first
+ * chunk holding the largest value; then the first position of that in the chunk. */
+static int64_t argmax_combine(const argmax_f32_ctx *c, int64_t row) {
+    const argmax_part *parts = &c->parts[row * c->n_chunks];
+    int64_t k = 0;
+    for (int64_t j = 1; j < c->n_chunks && !parts[k].nan; j++)
+        if (parts[j].nan || parts[j].v > parts[k].v)
+            k = j;
+    int64_t at = k * ARGMAX_CHUNK, n = c->x.len - at < ARGMAX_CHUNK ? c->x.len - at : ARGMAX_CHUNK;
+    return at + first_position((const float *)ah_rows_ptr(&c->x, row) + at, n, parts[k].v, parts[k].nan);
+}
+
 static aclError argmax_run(const aclOpExecutor *ex, void *workspace) {
     (void)workspace;
     const argmax_params *p = AH_EXEC_PARAMS(ex, const argmax_params);
@@ -141,8 +298,23 @@ static aclError argmax_run(const aclOpExecutor *ex, void *workspace) {
     argmax_ctx c;
     ah_rows_init(&c.x, x, x->ndim > 0 ? 1u << p->dim : 0u);
     ah_rows_init(&c.y, &ex->tensors[p->slot_out], 0u);
-    if (c.x.n_rows > 0 && c.x.len > 0)
-        ah_parallel_for(c.x.n_rows, ah_rows_grain(c.x.len), argmax_rows, &c);
+    if (c.x.n_rows == 0 || c.x.len == 0)
+        return ACL_SUCCESS;
+    if (c.x.dtype == ACL_FLOAT && ah_rows_dense(&c.x)) {
+        argmax_f32_ctx f = {c.x, (c.x.len + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK, NULL};
+        f.parts = malloc((size_t)(c.x.n_rows * f.n_chunks) * sizeof *f.parts);
+        if (!f.parts)
+            return ah_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclnnArgMax: out of host memory");
+        ah_parallel_for(c.x.n_rows * f.n_chunks, f.n_chunks > 1 ? 1 : ah_rows_grain(c.x.len),
+                        argmax_chunks, &f);
+        for (int64_t row = 0; row < c.x.n_rows; row++) {
+            int64_t best = argmax_combine(&f, row);
+            ah_store_i64(c.y.dtype, ah_rows_ptr(&c.y, row), 0, 1, &best);
+        }
+        free(f.parts);
+        return ACL_SUCCESS;
+    }
+    ah_parallel_for(c.x.n_rows, ah_rows_grain(c.x.len), argmax_rows, &c);
     return ACL_SUCCESS;
 }
 

@@ -4,8 +4,9 @@
  * empty list is not implemented by acl_host), kept as 1 when keepDims; out has the reduced
  * shape and the dtype `dtype`. FLOAT / FLOAT16 / BF16 rows are read as F32 and summed in the
  * fixed 16-lane order of ah_rows.h (the same bits for any thread count, batch or instruction
- * set), DOUBLE and integer / BOOL rows in double (exact to 2^53); the sum is converted once to
- * out's dtype. Complex dtypes are not implemented by acl_host.
+ * set; a dense F32 row is summed where it lies, other rows through a copy), DOUBLE and integer /
+ * BOOL rows in double (exact to 2^53); the sum is converted once to out's dtype. Complex dtypes
+ * are not implemented by acl_host.
  * Argsort: out (INT64, self's shape) holds, along dim, the indices that sort self ascending or
  * descending. acl_host's order is total and deterministic: NaN above every number (last
  * ascending, first descending, as torch), and equal keys in ascending index order (a stable
@@ -30,12 +31,15 @@ typedef struct rsum_ctx {
 static void rsum_rows(void *vctx, int64_t begin, int64_t end) {
     const rsum_ctx *c = vctx;
     int64_t n = c->x.len;
-    void *buf = malloc((size_t)(n > 0 ? n : 1) * (c->f32 ? sizeof(float) : sizeof(double)));
-    if (!buf)
+    bool in_place = c->x.dtype == ACL_FLOAT && ah_rows_dense(&c->x); /* no copy: the same sum */
+    void *buf = in_place ? NULL : malloc((size_t)(n > 0 ? n : 1) * (c->f32 ? sizeof(float) : sizeof(double)));
+    if (!in_place && !buf)
         return;
     for (int64_t row = begin; row < end; row++) {
         double s;
-        if (c->f32) {
+        if (in_place) {
+            s = n > 0 ? (double)ah_sum_f32((const float *)ah_rows_ptr(&c->x, row), n) : 0.0;
+        } else if (c->f32) {
             ah_rows_load(&c->x, row, buf);
             s = n > 0 ? (double)ah_sum_f32(buf, n) : 0.0;
         } else {
