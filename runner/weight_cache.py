@@ -3,7 +3,8 @@ model, mapped by the next load instead of converting and repacking again (see do
 
 The file is a header (magic, JSON: the source file's identity, the package, ABI and layout
 versions, the buffer type and every tensor's place) and the buffer's raw bytes (Buffer.read_raw) from
-the next 4 KiB boundary. Entries are written whole to a temporary name and renamed; anything that
+the next 2 MiB boundary (a hole before it): written in large aligned pieces, ext4's page cache
+holds them in 2 MiB folios that the map then maps as huge pages. Entries are written whole to a temporary name and renamed; anything that
 does not match exactly is a miss, and the cache never makes a load fail.
 """
 
@@ -26,11 +27,15 @@ from ._cdef import CLM_ABI_VERSION
 __all__ = ["WeightCache", "CacheEntry", "cache_from_env", "parse_size"]
 
 MAGIC = b"CLMWIMG\x00"
-FORMAT = 1
+FORMAT = 2          # 2: the image at a 2 MiB boundary
 # Bump when a device layout (docs/quant_layouts.md) or a load-time conversion changes its bytes
 # without the ABI or package version changing.
 LAYOUT_VERSION = 1
-PAGE = 4096
+# The image's place in the file: 4 KiB is what aclrtHostRegister needs; at 2 MiB (and written in
+# 8 MiB pieces from there) the page cache keeps it in 2 MiB folios and the map uses huge pages, so
+# kernels reading the weights miss the TLB as seldom as with the anonymous huge pages of a copy
+# (docs/loader.md, step 6).
+IMAGE_ALIGN = 2 << 20
 DEFAULT_MAX_BYTES = 16 << 30
 MIN_IMAGE_BYTES = 4 << 20     # smaller images are rebuilt faster than a file is opened and checked
 _HEADER = struct.Struct("<8sII")   # magic, format, JSON length
@@ -76,8 +81,8 @@ def _source_identity(stat: os.stat_result) -> dict:
 
 
 def _image_offset(header_bytes: int) -> int:
-    """The image starts at the first page boundary after the header (aclrtHostRegister's alignment)."""
-    return -(-(_HEADER.size + header_bytes) // PAGE) * PAGE
+    """The image starts at the first IMAGE_ALIGN boundary after the header."""
+    return -(-(_HEADER.size + header_bytes) // IMAGE_ALIGN) * IMAGE_ALIGN
 
 
 def describe_layout(buffer_type: backend.BufferType, entries) -> dict:
@@ -88,7 +93,7 @@ def describe_layout(buffer_type: backend.BufferType, entries) -> dict:
 
 
 class CacheEntry:
-    """A mapped cache file whose header matched: `image` is the buffer's bytes (4 KiB aligned);
+    """A mapped cache file whose header matched: `image` is the buffer's bytes (2 MiB aligned);
     the map is unmapped once nothing (a buffer over it) refers to it any more."""
 
     def __init__(self, path: pathlib.Path, mapping: mmap.mmap, offset: int, size: int):
@@ -158,7 +163,8 @@ class WeightCache:
         tmp = pathlib.Path(tmp)
         try:
             with open(fd, "wb") as f:
-                f.write(first + bytes(offset - len(first)))
+                f.write(first)
+                f.seek(offset)      # a hole up to the image
                 chunk = np.empty(min(_COPY_BYTES, size), dtype=np.uint8)
                 for start in range(0, size, len(chunk)):
                     part = chunk[:min(len(chunk), size - start)]

@@ -91,7 +91,7 @@ def _image_of(cache_dir):
     raw = path.read_bytes()
     magic, fmt, n = struct.unpack_from("<8sII", raw)
     header = json.loads(raw[16:16 + n])
-    return path, header, -(-(16 + n) // 4096) * 4096
+    return path, header, -(-(16 + n) // (2 << 20)) * (2 << 20)
 
 
 @pytest.mark.parametrize("wtype, scale_at, kept_at", [(QT.Q8_0, 32, None), (QT.Q4_0, 16, None),
