@@ -12,7 +12,8 @@
  * (once): one memcmp per tensor, the tensors prefetched ahead. A match implies equal full keys
  * (fast_matches); a miss falls back to the full key, and a hit there renews the snapshot.
  *
- * Cache: GGML_CANN_GRAPH_CACHE_CAPACITY entries (default 12, as upstream), least recently used
+ * Cache: GGML_CANN_GRAPH_CACHE_CAPACITY entries (default 24; upstream's 12 before greedy steps
+ * had a graph variant of their own, memory_pools.md), least recently used
  * evicted (stream synchronized, then aclmdlRIDestroy).
  *
  * Miss: the graph runs eagerly first (this computes the results and warms the pool to the
@@ -35,7 +36,7 @@
 
 #include "cann/cann_common.h"
 
-#define GRAPH_CACHE_DEFAULT 12
+#define GRAPH_CACHE_DEFAULT 24
 #define GRAPH_CACHE_MAX 256
 
 typedef struct graph_entry {
