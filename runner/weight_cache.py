@@ -24,7 +24,7 @@ import numpy as np
 from . import __version__, backend
 from ._cdef import CLM_ABI_VERSION
 
-__all__ = ["WeightCache", "CacheEntry", "cache_from_env", "parse_size"]
+__all__ = ["WeightCache", "cache_from_env", "parse_size"]
 
 MAGIC = b"CLMWIMG\x00"
 FORMAT = 2          # 2: the image at a 2 MiB boundary
@@ -92,15 +92,6 @@ def describe_layout(buffer_type: backend.BufferType, entries) -> dict:
             "tensors": [[t.name, int(t.type), list(t.ne), offset, size] for t, offset, size in entries]}
 
 
-class CacheEntry:
-    """A mapped cache file whose header matched: `image` is the buffer's bytes (2 MiB aligned);
-    the map is unmapped once nothing (a buffer over it) refers to it any more."""
-
-    def __init__(self, path: pathlib.Path, mapping: mmap.mmap, offset: int, size: int):
-        self.path = path
-        self.image = memoryview(mapping)[offset:offset + size]
-
-
 class WeightCache:
     """Cache files in `directory`, at most max_bytes in all (least recently used go first)."""
 
@@ -118,34 +109,32 @@ class WeightCache:
                 "abi": CLM_ABI_VERSION, "source": os.path.realpath(source_path),
                 "identity": _source_identity(stat), "image_bytes": size, **layout}
 
-    def lookup(self, source_path: str, stat: os.stat_result, layout: dict, size: int):
-        """(CacheEntry, None) when the cached image matches exactly, else (None, why not)."""
+    def lookup(self, source_path: str, stat: os.stat_result, layout: dict,
+               size: int) -> memoryview | None:
+        """The cached image (the buffer's bytes, 2 MiB aligned, in a read-only map that is
+        unmapped once nothing refers to it) when the entry matches exactly, else None."""
         path = self.path_for(source_path)
-        want = self._expected(source_path, stat, layout, size)
         try:
             with open(path, "rb") as f:
                 mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            return None, "no entry"
-        except (OSError, ValueError) as exc:
-            return None, f"unreadable ({exc})"
+        except (OSError, ValueError):       # no entry, unreadable, or empty
+            return None
         try:
             magic, fmt, n = _HEADER.unpack_from(mapping, 0)
-            if magic != MAGIC or fmt != FORMAT or _HEADER.size + n > len(mapping):
-                raise ValueError("not a weight cache file of this format")
-            if json.loads(bytes(mapping[_HEADER.size:_HEADER.size + n])) != want:
-                raise ValueError("made from another file, version or layout")
             offset = _image_offset(n)
-            if offset + size > len(mapping):
-                raise ValueError("truncated")
-        except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError) as exc:
+            if magic != MAGIC or fmt != FORMAT or offset + size > len(mapping) or \
+                    json.loads(bytes(mapping[_HEADER.size:_HEADER.size + n])) != \
+                    self._expected(source_path, stat, layout, size):
+                mapping.close()
+                return None
+        except (ValueError, struct.error, UnicodeDecodeError):
             mapping.close()
-            return None, str(exc)
+            return None
         try:
             os.utime(path)      # most recently used
         except OSError:
             pass
-        return CacheEntry(path, mapping, offset, size), None
+        return memoryview(mapping)[offset:offset + size]
 
     def store(self, source_path: str, stat: os.stat_result, layout: dict, buffer: backend.Buffer,
               size: int) -> pathlib.Path:

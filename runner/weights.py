@@ -52,9 +52,10 @@ _MAP_ALIGNMENT = 32     # the mapped buffer type's placement rule (GGUF's defaul
 # norms; a copy of a small tensor costs nothing.
 _MAP_MIN_BYTES = 1 << 20
 # A miss writes the weight cache's entry this long after the load (or at close, if sooner): the
-# write fills fresh page cache, which on a VM whose host reclaims free memory costs CPU time the
-# guest cannot schedule away, so it waits until the first tokens are out (started at once, it
-# made the default model's open to first token 387-522 ms, against 136-221 ms without a cache).
+# write fills fresh page cache, which slowed the load here even from a niced thread (on a VM whose
+# host reclaims free memory, likely the host backing the pages again), so it waits until the
+# first tokens are out (started at once, it made the default model's open to first token
+# 387-522 ms, against 136-221 ms without a cache).
 CACHE_WRITE_DELAY_S = 2.0
 
 
@@ -202,7 +203,7 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=N
     image = _cached_image(gguf, device, groups, cache, check)
     if image is not None and image.entry is not None:
         try:
-            buffer = device.buffer_from_image(image.entry.image)
+            buffer = device.buffer_from_image(image.entry)
         except backend.CannError:       # e.g. registration refused: load as without the cache
             image.entry = None
         else:
@@ -229,8 +230,8 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=N
 
 
 class CachedImage:
-    """The weights buffer the weight cache covers: its layout, and the entry it was read from
-    (None: the buffer is filled by the upload and written to the cache afterwards)."""
+    """The weights buffer the weight cache covers: its layout, and the cached image it lies in
+    (entry; None: the buffer is filled by the upload and written to the cache afterwards)."""
 
     def __init__(self, cache, entries, total, layout, entry):
         self.cache, self.entries, self.total, self.layout = cache, entries, total, layout
@@ -277,8 +278,8 @@ def _cached_image(gguf: GGUFFile, device, groups: dict, cache, check: bool) -> C
         return None
     entries, total = batches[0]
     layout = weight_cache.describe_layout(buft, entries)
-    entry, _ = cache.lookup(gguf.path, gguf.stat, layout, total)
-    if entry is not None and check and _image_nonfinite(entries, entry.image) is not None:
+    entry = cache.lookup(gguf.path, gguf.stat, layout, total)
+    if entry is not None and check and _image_nonfinite(entries, entry) is not None:
         entry = None        # damaged: rebuilt from the GGUF, whose own check names what is wrong
     return CachedImage(cache, entries, total, layout, entry)
 

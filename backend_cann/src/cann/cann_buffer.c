@@ -444,11 +444,6 @@ static const struct clm_buffer_i mapped_buffer_iface = {
 /* The raw bytes of a device buffer (clm_buffer_get_raw), e.g. a weight cache file, registered as
  * above: tensors keep the device buffer type's placement and layouts, and reads undo the layout
  * from the host address as device_buffer_get_tensor does from a download. */
-static clm_status image_buffer_init_tensor(clm_buffer *buffer, clm_tensor *tensor) {
-    (void)buffer, (void)tensor;   /* the padding was zeroed in the buffer the image was taken from */
-    return CLM_OK;
-}
-
 static clm_status image_buffer_get_tensor(clm_buffer *buffer, const clm_tensor *tensor, void *data,
                                           size_t offset, size_t size) {
     const cann_mapped_ctx *ctx = buffer->context;
@@ -473,7 +468,7 @@ static clm_status image_buffer_get_raw(clm_buffer *buffer, size_t offset, void *
 static const struct clm_buffer_i image_buffer_iface = {
     .free_buffer = mapped_buffer_free,
     .get_base = mapped_buffer_base,
-    .init_tensor = image_buffer_init_tensor,
+    /* no init_tensor: the padding was zeroed in the buffer the image was taken from */
     .memset_tensor = mapped_buffer_memset_tensor,
     .set_tensor = mapped_buffer_set_tensor,
     .get_tensor = image_buffer_get_tensor,
