@@ -1178,6 +1178,7 @@ class Backend(_Owned):
         self._ptr = ptr
         self.device = device
         self._in_flight = []
+        self.profiling = False
 
     def close(self) -> None:
         super().close()
@@ -1273,6 +1274,7 @@ class Backend(_Owned):
     def set_profiling(self, on: bool) -> None:
         """clm_cann_profile: while on, graphs run eagerly with a timing event after each node."""
         check(lib.clm_cann_profile(self._handle(), bool(on)), "clm_cann_profile")
+        self.profiling = bool(on)
 
     def take_node_times(self) -> list[dict]:
         """The nodes computed since the last call (synchronizes the stream), in order: dicts of

@@ -645,10 +645,12 @@ class Plan:
 
     def _record_nodes(self, prof, launches: dict) -> None:
         """The profiler's device events for the graphs this run launched (launches: slot -> host
-        launch times); takes the backends' timing records, so the next run starts afresh."""
+        launch times); takes the backends' timing records, so the next run starts afresh. A
+        profiler started after the load finds the backends' timing off: host events only."""
         for k, starts in launches.items():
             slot = self.sched.slots[k]
-            prof.add_nodes(slot.name, slot.backend.take_node_times(), starts)
+            if slot.backend.profiling:
+                prof.add_nodes(slot.name, slot.backend.take_node_times(), starts)
 
     def _copy_in(self, root, src_slot, copy, dst_slot, mem):
         slots = self.sched.slots

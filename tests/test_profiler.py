@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import run_python
 from serve_util import Server
 
 
@@ -97,6 +98,28 @@ def test_profiled_generation_gives_the_same_tokens(default_model_path, tmp_path)
     assert plain.stdout == profiled.stdout and plain.stdout.strip()
     events, _ = _trace(tmp_path / "run.json")
     assert any(e.get("cat") == "op" for e in events)
+
+
+def test_a_profiler_started_after_the_load_records_host_spans_only(default_model_path, tmp_path):
+    """The backends time their nodes only when the profiler was running at the load; one started
+    later (the Python API) records the host's spans, and generation goes on."""
+    trace = tmp_path / "late.json"
+    code = f"""
+import cann_llm
+from cann_llm import profiler
+m = cann_llm.load({str(default_model_path)!r}, n_ctx=256, n_threads=2)
+profiler.start({str(trace)!r})
+out = list(m.generate(m.tokenize("The capital of France is"), max_tokens=4, temperature=0.0))
+profiler.stop()
+print(len(out))
+"""
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4"
+    events, _ = _trace(trace)
+    names = {e["name"] for e in events if e.get("ph") == "X"}
+    assert {"engine step", "download outputs"} <= names
+    assert not any(e.get("cat") == "op" for e in events)
 
 
 def test_serve_profile_records_http_requests(default_model_path, tmp_path):
