@@ -14,6 +14,7 @@
  * follows one fixed sequence, so results do not depend on m, the other rows or the thread count.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,7 +102,7 @@ static int64_t row_groups(int64_t kp, int64_t mb, int64_t nrb) {
  * buffer per slot, kept between calls so that a product does not map and fault in fresh pages
  * (prefill's activation panel is over a MiB); a request over SCRATCH_KEEP bytes is served and then
  * released. Freed when the thread ends. NULL when out of memory. */
-#define SCRATCH_SLOTS 2
+#define SCRATCH_SLOTS 3
 #define SCRATCH_KEEP ((size_t)8 << 20)
 typedef struct scratch {
     void *p[SCRATCH_SLOTS];
@@ -437,7 +438,8 @@ typedef struct wq_params {
 typedef struct wq_ctx {
     const wq_params *p;
     const aclTensor *x, *w, *scale, *offset, *bias, *y;
-    const float *apack; /* [rows of the current row group][kp] */
+    const float *apack; /* [rows of the current row group][kp]; NULL: each thread packs its own */
+    uint64_t seq;       /* this call's number: a thread's own packed rows are for one call */
     int64_t kp, ngroups, gsize, nt, ntiles;
     int64_t mb, nrb; /* rows per row block, row blocks: a unit of work is (row block, tile) */
     int64_t row0;    /* the current row group's first row (apack's row 0) */
@@ -490,6 +492,8 @@ static inline int8_t int4_at(const char *base, int64_t idx) {
     return (int8_t)((idx & 1) ? (int8_t)b >> 4 : (int8_t)(uint8_t)(b << 4) >> 4);
 }
 
+static const float *wq_own_rows(const wq_ctx *c);
+
 static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     wq_ctx *c = vctx;
     const wq_params *p = c->p;
@@ -513,6 +517,12 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     const char *wbase = (const char *)c->w->data; /* int4 offsets count nibbles */
     int64_t w_off = c->w->offset;
     int64_t ws0 = c->w->strides[0], ws1 = c->w->strides[1]; /* along k, along n */
+    const float *apack = c->apack ? c->apack : wq_own_rows(c);
+    if (!apack) {
+        c->failed = 1;
+        scratch_done(1);
+        return;
+    }
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t tile = unit % c->ntiles, i0 = c->row0 + unit / c->ntiles * c->mb;
         int64_t mm = p->m - i0 < c->mb ? p->m - i0 : c->mb;
@@ -550,7 +560,7 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
             wq = qt;
             ldw = (int64_t)qbytes;
         }
-        const float *a = c->apack + (i0 - c->row0) * kp;
+        const float *a = apack + (i0 - c->row0) * kp;
         ah_gemm_quant q = {.m = mm, .n = nn, .kp = kp, .group = c->gsize, .a = a, .lda = kp,
                            .w = wq, .ldw = ldw, .int4 = p->int4, .scales = sc,
                            .offsets = c->offset ? of : NULL, .lds = c->ngroups, .c = ct, .ldc = nt};
@@ -583,21 +593,40 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
     scratch_done(1);
 }
 
-/* x rows as F32 [m][kp], zero padded; for INT4 weights each 32-block is reordered even elements
- * first, then odd ones (the order the INT4 kernels read nibbles in). */
-static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
-    const wq_ctx *c = vctx;
+/* x rows [row0 + begin, row0 + end) as F32 rows of kp at dst, zero padded; for INT4 weights each
+ * 32-block is reordered even elements first, then odd ones (the order the INT4 kernels read nibbles
+ * in). */
+static void wq_pack_rows(const wq_ctx *c, float *dst, int64_t begin, int64_t end) {
     const wq_params *p = c->p;
-    for (int64_t i = begin; i < end; i++) {
-        float *dst = (float *)c->apack + i * c->kp;
-        const char *base = tensor_base(c->x);
-        int64_t rs = c->x->strides[0], cs = c->x->strides[1];
-        size_t es = ah_dtype_size(c->x->dtype);
+    const char *base = tensor_base(c->x);
+    int64_t rs = c->x->strides[0], cs = c->x->strides[1];
+    size_t es = ah_dtype_size(c->x->dtype);
+    for (int64_t i = begin; i < end; i++, dst += c->kp) {
         ah_load_f32(c->x->dtype, base + (c->row0 + i) * rs * (int64_t)es, cs, p->k, dst);
         memset(dst + p->k, 0, (size_t)(c->kp - p->k) * sizeof(float));
         if (p->int4)
             ah_gemm_int4_order(dst, c->kp);
     }
+}
+
+static void wq_pack_x(void *vctx, int64_t begin, int64_t end) {
+    const wq_ctx *c = vctx;
+    wq_pack_rows(c, (float *)c->apack + begin * c->kp, begin, end);
+}
+
+/* A decode-sized call's x rows, packed by the calling thread for itself (once per call, in its own
+ * scratch): each thread reads x and writes rows no other core reads. One shared panel, packed by
+ * the caller before the job, cost two transfers of every line between the cores per product (the
+ * caller's writes invalidating the copy the worker had read, then the worker's reads): 3-5 us of
+ * an 8-row product's 11-75 on a 2-vCPU VM. NULL when out of memory. */
+static const float *wq_own_rows(const wq_ctx *c) {
+    static _Thread_local uint64_t packed_seq;
+    float *rows = scratch_get(2, (size_t)(c->p->m * c->kp) * sizeof(float));
+    if (rows && packed_seq != c->seq) {
+        wq_pack_rows(c, rows, 0, c->p->m);
+        packed_seq = c->seq;
+    }
+    return rows;
 }
 
 static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
@@ -616,12 +645,18 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     c.ntiles = (p->n + c.nt - 1) / c.nt;
     c.mb = p->m > WQ_MAX_DIRECT_M ? panel_rows(c.kp, p->m) : p->m;
     c.nrb = (p->m + c.mb - 1) / c.mb;
-    const int64_t n_groups = row_groups(c.kp, c.mb, c.nrb);
+    const bool direct = p->m <= WQ_MAX_DIRECT_M;
+    const int64_t n_groups = direct ? 1 : row_groups(c.kp, c.mb, c.nrb);
     const int64_t group_rows = (c.nrb + n_groups - 1) / n_groups * c.mb;
-    float *apack = scratch_get(0, (size_t)((group_rows < p->m ? group_rows : p->m) * c.kp) * sizeof(float));
-    if (!apack)
-        return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
-    c.apack = apack;
+    if (direct) { /* each thread packs the rows for itself (wq_own_rows) */
+        static _Atomic uint64_t calls;
+        c.seq = atomic_fetch_add(&calls, 1) + 1;
+    } else {
+        float *apack = scratch_get(0, (size_t)((group_rows < p->m ? group_rows : p->m) * c.kp) * sizeof(float));
+        if (!apack)
+            return ah_error(ACLNN_ERR_INNER, "%s: out of host memory", ex->op);
+        c.apack = apack;
+    }
     /* Waking a sleeping worker costs tens of microseconds on a virtual machine, a polling one
      * about a microsecond: a one-row product of fewer than WQ_MIN_PARALLEL multiply-adds runs on
      * the calling thread, and so does a several-row one (batched decode, compute-bound) under
@@ -635,7 +670,8 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
         const int64_t rb1 = c.nrb * (gi + 1) / n_groups;
         const int64_t r1 = rb1 * c.mb < p->m ? rb1 * c.mb : p->m;
         c.row0 = rb0 * c.mb;
-        ah_parallel_for(r1 - c.row0, 64, wq_pack_x, &c);
+        if (!direct)
+            ah_parallel_for(r1 - c.row0, 64, wq_pack_x, &c);
         ah_parallel_for((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
         rb0 = rb1;
     }
