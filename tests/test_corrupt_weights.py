@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
+from conftest import run_python
 from tiny_models import write_tiny_model
 
 BAD = {"nan": np.float16(np.nan), "inf": np.float16(np.inf), "-inf": np.float16(-np.inf)}
@@ -109,6 +110,49 @@ def test_finite_weights_pass_and_the_scan_reports_first_index():
     assert backend.find_nonfinite(QT.Q4_1, q) == 7
     with pytest.raises(backend.CannError):
         backend.find_nonfinite(QT.Q4_0, np.zeros(18, np.uint8), n_elements=31)
+
+
+_SCAN_CASES = """
+import json, numpy as np
+from cann_llm import backend
+from cann_llm.backend import TensorType as T
+rng = np.random.default_rng(5)
+out = []
+for name, dtype in (("F32", np.float32), ("F16", np.float16), ("BF16", None)):
+    for n in (1, 127, 128, 129, 1000, 4096, 4133):
+        for at in sorted({0, 63, 64, 127, 128, 255, 256, n // 2, n - 1}):
+            if at >= n:
+                continue
+            for bad in ("nan", "inf", "-inf", "max"):
+                x = (100 * rng.standard_normal(n)).astype(np.float32)
+                if bad != "max":
+                    x[at] = float(bad)
+                if dtype is None:   # bf16 bits; "max" is the largest finite bf16
+                    bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+                    if bad == "max":
+                        bits[at] = 0x7f7f
+                    data, t = bits, T.BF16
+                else:
+                    data, t = x.astype(dtype), T[name]
+                    if bad == "max":
+                        data[at] = np.finfo(dtype).max
+                out.append([name, n, at, bad, backend.find_nonfinite(t, data)])
+print(json.dumps(out))
+"""
+
+
+def test_the_vector_and_portable_scans_find_the_same_first_bad_element():
+    """find_nonfinite's AVX-512 loops (this machine, when it has them) and the portable ones
+    (CANN_LLM_HOST_ISA=scalar) report the first NaN / inf wherever it lies against their
+    256-byte steps, and never flag the largest finite value."""
+    import json
+    runs = [run_python(_SCAN_CASES, env=env) for env in (None, {"CANN_LLM_HOST_ISA": "scalar"})]
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    vector, portable = (json.loads(done.stdout) for done in runs)
+    assert vector == portable
+    for name, n, at, bad, found in vector:
+        assert found == (-1 if bad == "max" else at), (name, n, at, bad, found)
 
 
 def test_unchecked_nan_weights_give_a_logits_error_not_a_token(tmp_path):

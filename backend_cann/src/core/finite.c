@@ -4,6 +4,12 @@
  * of NaN logits later. Quant values themselves are integers and cannot be non-finite. */
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FINITE_X86 1
+#define FINITE_AVX512 __attribute__((target("avx512f,avx512bw")))
+#include <immintrin.h>
+#endif
+
 #include "clm_impl.h"
 
 /* An F16 / BF16 / F32 bit pattern is non-finite when its exponent field is all ones. */
@@ -16,7 +22,14 @@ static inline bool f32_bad(const uint8_t *p) {
 
 /* Index of the first bad element in a run of n 2-byte floats whose exponent mask is `mask`, or -1.
  * The OR-reduction over 64 values at a time lets the compiler vectorise the common all-finite case. */
+#ifdef FINITE_X86
+FINITE_AVX512 static int64_t first_bad_16_avx512(const uint8_t *p, int64_t n, uint16_t mask);
+#endif
+
 static int64_t first_bad_16(const uint8_t *p, int64_t n, uint16_t mask) {
+#ifdef FINITE_X86
+    if (clm_host_avx512()) return first_bad_16_avx512(p, n, mask);
+#endif
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
         uint16_t v[64];
@@ -32,7 +45,51 @@ static int64_t first_bad_16(const uint8_t *p, int64_t n, uint16_t mask) {
     return -1;
 }
 
+#ifdef FINITE_X86
+/* The same scans 256 bytes at a time on AVX-512 (a run of finite values is the common case, so one
+ * mask test per 256 bytes; a hit is located by the scalar loop from that 256-byte step on). The
+ * portable loops vectorise only to the build's baseline ISA (SSE2): 6.7 GB/s on one core against
+ * what the memory gives with 64-byte loads, and the loader scans every F16/BF16/F32 weight
+ * (an F16 model of 135M parameters: 256 MiB) before the first token. */
+FINITE_AVX512 static int64_t first_bad_16_avx512(const uint8_t *p, int64_t n, uint16_t mask) {
+    const __m512i m = _mm512_set1_epi16((short)mask);
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        const uint8_t *q = p + 2 * i;
+        __mmask32 any = _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(q), m), m) |
+                        _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(q + 64), m), m) |
+                        _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(q + 128), m), m) |
+                        _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(q + 192), m), m);
+        if (any) break;
+    }
+    for (; i < n; i++) {
+        uint16_t v = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+        if ((v & mask) == mask) return i;
+    }
+    return -1;
+}
+
+FINITE_AVX512 static int64_t first_bad_f32_avx512(const uint8_t *p, int64_t n) {
+    const __m512i m = _mm512_set1_epi32(0x7f800000);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const uint8_t *q = p + 4 * i;
+        __mmask16 any = _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(q), m), m) |
+                        _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(q + 64), m), m) |
+                        _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(q + 128), m), m) |
+                        _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(q + 192), m), m);
+        if (any) break;
+    }
+    for (; i < n; i++)
+        if (f32_bad(p + 4 * i)) return i;
+    return -1;
+}
+#endif
+
 static int64_t first_bad_f32(const uint8_t *p, int64_t n) {
+#ifdef FINITE_X86
+    if (clm_host_avx512()) return first_bad_f32_avx512(p, n);
+#endif
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         uint32_t v[32];
