@@ -131,7 +131,8 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
     sequences); tensor_parallel N > 1: the model split over N ranks, Ray actors with one device
     each (cann_llm.tp_model.TPModel; needs the `scale` extra); use_mmap: where the device's
     memory is the host's (acl_host), weights kept as the file holds them are read from its map
-    rather than copied (llama.cpp's --no-mmap is use_mmap=False)."""
+    rather than copied (llama.cpp's --no-mmap is use_mmap=False; tensor-parallel ranks always
+    copy their slices, so there use_mmap changes nothing)."""
     if path is None:
         from .model_store import default_model_path
         path = default_model_path(download=True)
