@@ -310,15 +310,15 @@ typedef enum clm_scan_word {
     CLM_SCAN_ROOT = 3,
     CLM_SCAN_ROOT_BUFT = 4,
     CLM_SCAN_N_SRC = 5,
-    CLM_SCAN_SRC = 6,
-    CLM_SCAN_WORDS = 46,
+    CLM_SCAN_WORDS = 6,
 } clm_scan_word;
 typedef enum clm_scan_flag {
     CLM_SCAN_VIEW = 1,
     CLM_SCAN_HAS_DATA = 2,
     CLM_SCAN_ROOT_HAS_DATA = 4,
 } clm_scan_flag;
-clm_status clm_graph_scan(const clm_graph *graph, uintptr_t *words, size_t n_words);
+clm_status clm_graph_scan(const clm_graph *graph, uintptr_t *words, size_t n_words, uintptr_t *src_words,
+                          size_t n_src_words, size_t *n_src_used);
 
 clm_status clm_cann_reg(clm_reg **out);
 const char *clm_reg_name(const clm_reg *reg);

@@ -43,8 +43,7 @@ SortOrder = _c_enum("clm_sort_order", "CLM_SORT_ORDER_", "SortOrder")  # op_para
 # Graph.scan: words per node and where each field is (clm_scan_word), and the flag bits
 SCAN_WORDS, SCAN_NODE, SCAN_OP, SCAN_FLAGS = (lib.CLM_SCAN_WORDS, lib.CLM_SCAN_NODE,
                                               lib.CLM_SCAN_OP, lib.CLM_SCAN_FLAGS)
-SCAN_ROOT, SCAN_ROOT_BUFT, SCAN_N_SRC, SCAN_SRC = (lib.CLM_SCAN_ROOT, lib.CLM_SCAN_ROOT_BUFT,
-                                                   lib.CLM_SCAN_N_SRC, lib.CLM_SCAN_SRC)
+SCAN_ROOT, SCAN_ROOT_BUFT, SCAN_N_SRC = lib.CLM_SCAN_ROOT, lib.CLM_SCAN_ROOT_BUFT, lib.CLM_SCAN_N_SRC
 SCAN_VIEW, SCAN_HAS_DATA, SCAN_ROOT_HAS_DATA = (lib.CLM_SCAN_VIEW, lib.CLM_SCAN_HAS_DATA,
                                                 lib.CLM_SCAN_ROOT_HAS_DATA)
 ROPE_TYPE_NEOX = lib.CLM_ROPE_TYPE_NEOX                          # the ROPE mode bit (else normal)
@@ -1187,15 +1186,20 @@ class Graph:
         return [Tensor(self._ctx, lib.clm_graph_leaf(handle, i))
                 for i in range(lib.clm_graph_n_leafs(handle))]
 
-    def scan(self) -> list[int]:
-        """What a scheduler reads of every node, in one call (clm_graph_scan): a flat list of
-        SCAN_WORDS ints per node, in node order, indexed by the SCAN_* constants (tensors as
-        addresses; Context.tensor_at wraps one)."""
+    def scan(self) -> tuple[list[int], list[tuple]]:
+        """What a scheduler reads of every node, in one call (clm_graph_scan): (a flat list of
+        SCAN_WORDS ints per node, in node order, indexed by the SCAN_* constants; every node's
+        sources, one after another, each a tuple (source, its root, the root's buffer type,
+        its buffer usage + 1)). Tensors are addresses: Context.tensor_at wraps one."""
         handle = self._handle()
-        n = lib.clm_graph_n_nodes(handle) * SCAN_WORDS
-        words = ffi.new("uintptr_t[]", max(n, 1))
-        check(lib.clm_graph_scan(handle, words, n), "clm_graph_scan")
-        return ffi.unpack(words, n)
+        n_nodes = lib.clm_graph_n_nodes(handle)
+        words = ffi.new("uintptr_t[]", max(n_nodes * SCAN_WORDS, 1))
+        n_src = max(n_nodes * 4 * lib.CLM_MAX_SRC, 1)
+        src_words, used = ffi.new("uintptr_t[]", n_src), ffi.new("size_t *")
+        check(lib.clm_graph_scan(handle, words, n_nodes * SCAN_WORDS, src_words, n_src, used),
+              "clm_graph_scan")
+        it = iter(ffi.unpack(src_words, used[0]))
+        return ffi.unpack(words, n_nodes * SCAN_WORDS), list(zip(it, it, it, it))
 
     def reset(self) -> None:
         lib.clm_graph_reset(self._handle())

@@ -198,6 +198,12 @@ class Scheduler:
     def plan(self, graph: be.Graph, inputs: dict, outputs: dict, split_each_node=False) -> "Plan":
         return Plan(self, graph, inputs, outputs, split_each_node)
 
+    def reserve_for(self, graph: be.Graph, inputs: dict, outputs: dict) -> dict:
+        """Grow the compute buffers to what a plan of `graph` needs (MemoryError when they cannot
+        be allocated), without placing its tensors or building its split graphs: the worst case
+        a model reserves at load, never run. -> slot -> bytes."""
+        return Plan(self, graph, inputs, outputs, False, reserve_only=True).compute_sizes
+
     def close(self):
         for b in self.buffers.values():
             b.close()
@@ -213,7 +219,7 @@ class Plan:
     """One graph split, allocated and ready to run many times (decode reuses it per token)."""
 
     def __init__(self, sched: Scheduler, graph: be.Graph, inputs: dict, outputs: dict,
-                 split_each_node: bool):
+                 split_each_node: bool, reserve_only: bool = False):
         self.sched, self.graph = sched, graph
         self.inputs = dict(inputs)           # name -> leaf Tensor (values given at run())
         self.outputs = dict(outputs)         # name -> Tensor to read after run()
@@ -228,8 +234,9 @@ class Plan:
         self._split(split_each_node)
         self._liveness()
         self._wire()
-        self._allocate()
-        self._build_split_graphs()
+        self._allocate(reserve_only)
+        if not reserve_only:
+            self._build_split_graphs()
 
     # ---- pass 0: what the passes read of each node, read once (each read crosses cffi) ----------
     def _read_nodes(self):
@@ -238,7 +245,7 @@ class Plan:
         root's buffer type, root's buffer usage + 1) addresses as they are before _wire rewires
         them (0: none). Tensor objects are made only where a pass needs one (_tensor)."""
         graph = self.graph
-        words = graph.scan()
+        words, sources = graph.scan()
         W = be.SCAN_WORDS
         self.nodes = graph.nodes
         self.node_addrs = words[be.SCAN_NODE::W]
@@ -248,9 +255,11 @@ class Plan:
         self.views = [bool(f & be.SCAN_VIEW) for f in self.flags]
         self.root_addrs = words[be.SCAN_ROOT::W]
         self.root_bufts = words[be.SCAN_ROOT_BUFT::W]
-        first = be.SCAN_SRC
-        self.srcs = [[tuple(words[b + first + 4 * k:b + first + 4 * k + 4]) for k in range(n)]
-                     for b, n in zip(range(0, len(words), W), words[be.SCAN_N_SRC::W])]
+        self.srcs = []
+        at = 0
+        for n in words[be.SCAN_N_SRC::W]:
+            self.srcs.append(sources[at:at + n])
+            at += n
         self._tensors = dict(zip(self.node_addrs, self.nodes))   # address -> Tensor
         self._supports: dict = {}          # slot -> per node supports (devices: one C call)
 
@@ -455,7 +464,7 @@ class Plan:
                             self.cpu_inputs.add(input_addr[root_addr])
 
     # ---- pass 7: compute memory by liveness -----------------------------------------------------
-    def _allocate(self):
+    def _allocate(self, reserve_only: bool = False):
         sched, nodes = self.sched, self.nodes
         keep = {t.address for t in self.outputs.values()} | {_root(t).address
                                                             for t in self.outputs.values()}
@@ -499,6 +508,8 @@ class Plan:
         for slot, size in self.compute_sizes.items():
             sched.reserve(slot, size)
         self.generation = sched.generation
+        if reserve_only:
+            return
         for slot, off, t, _ in offsets.values():
             t.alloc(sched.buffers[slot], off)
         # views of allocated memory get their addresses (ggml_backend_view_init)

@@ -395,27 +395,29 @@ size_t clm_graph_n_leafs(const clm_graph *graph);
 clm_tensor *clm_graph_leaf(const clm_graph *graph, size_t i);
 void clm_graph_reset(clm_graph *graph);
 /* What a scheduler reads of every node, in one call (each read from Python crosses the FFI):
- * node i's CLM_SCAN_WORDS words from words[i * CLM_SCAN_WORDS] are indexed by clm_scan_word.
- * A tensor's "root" is its view source, else itself; a buffer type is given only for a placed
- * tensor (buffer and data set), else 0. Per source s (CLM_SCAN_SRC + 4 * s): the source, its
- * root, the root's buffer type and the root's buffer usage + 1 (0: no buffer); all 0 for an
- * absent source. n_words must cover the graph's nodes. */
+ * node i's CLM_SCAN_WORDS words from words[i * CLM_SCAN_WORDS] are indexed by clm_scan_word, and
+ * its sources (up to the last present one, CLM_SCAN_N_SRC of them) follow those of the nodes
+ * before it in src_words, 4 words each: the source, its root, the root's buffer type and the
+ * root's buffer usage + 1 (0: no buffer), all 0 for an absent source. A tensor's "root" is its
+ * view source, else itself; a buffer type is given only for a placed tensor (buffer and data
+ * set), else 0. n_words must cover the nodes and n_src_words their sources (at most
+ * 4 * CLM_MAX_SRC per node); *n_src_used gets the source words written. */
 typedef enum clm_scan_word {
     CLM_SCAN_NODE = 0,          /* the node (clm_tensor *) */
     CLM_SCAN_OP = 1,
     CLM_SCAN_FLAGS = 2,         /* clm_scan_flag bits */
     CLM_SCAN_ROOT = 3,
     CLM_SCAN_ROOT_BUFT = 4,
-    CLM_SCAN_N_SRC = 5,         /* sources up to the last present one */
-    CLM_SCAN_SRC = 6,
-    CLM_SCAN_WORDS = 46,        /* CLM_SCAN_SRC + 4 * CLM_MAX_SRC */
+    CLM_SCAN_N_SRC = 5,
+    CLM_SCAN_WORDS = 6,
 } clm_scan_word;
 typedef enum clm_scan_flag {
     CLM_SCAN_VIEW = 1,
     CLM_SCAN_HAS_DATA = 2,
     CLM_SCAN_ROOT_HAS_DATA = 4,
 } clm_scan_flag;
-clm_status clm_graph_scan(const clm_graph *graph, uintptr_t *words, size_t n_words);
+clm_status clm_graph_scan(const clm_graph *graph, uintptr_t *words, size_t n_words, uintptr_t *src_words,
+                          size_t n_src_words, size_t *n_src_used);
 
 /* ---- registry and devices ------------------------------------------------------------------ */
 /* The CANN registry: aclInit once, one device per aclrtGetDeviceCount(). */
