@@ -4,10 +4,10 @@ The cffi declarations of the public C API; runner/_ffi_build.py compiles them in
 the real header, so a declaration that disagrees with it fails the build.
 """
 
-CLM_ABI_VERSION = 9
+CLM_ABI_VERSION = 10
 
 CDEF = r"""
-#define CLM_ABI_VERSION 9
+#define CLM_ABI_VERSION 10
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -303,6 +303,23 @@ size_t clm_graph_n_leafs(const clm_graph *graph);
 clm_tensor *clm_graph_leaf(const clm_graph *graph, size_t i);
 void clm_graph_reset(clm_graph *graph);
 
+typedef enum clm_scan_word {
+    CLM_SCAN_NODE = 0,
+    CLM_SCAN_OP = 1,
+    CLM_SCAN_FLAGS = 2,
+    CLM_SCAN_ROOT = 3,
+    CLM_SCAN_ROOT_BUFT = 4,
+    CLM_SCAN_N_SRC = 5,
+    CLM_SCAN_WORDS = 6,
+} clm_scan_word;
+typedef enum clm_scan_flag {
+    CLM_SCAN_VIEW = 1,
+    CLM_SCAN_HAS_DATA = 2,
+    CLM_SCAN_ROOT_HAS_DATA = 4,
+} clm_scan_flag;
+clm_status clm_graph_scan(const clm_graph *graph, uintptr_t *words, size_t n_words, uintptr_t *src_words,
+                          size_t n_src_words, size_t *n_src_used);
+
 clm_status clm_cann_reg(clm_reg **out);
 const char *clm_reg_name(const clm_reg *reg);
 size_t clm_reg_device_count(const clm_reg *reg);
@@ -326,6 +343,8 @@ clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t si
 
 clm_status clm_device_buffer_from_image(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
 bool clm_device_supports_op(clm_device *dev, const clm_tensor *op);
+
+clm_status clm_device_supports_graph(clm_device *dev, const clm_graph *graph, uint8_t *out, size_t n);
 bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft);
 bool clm_device_offload_op(clm_device *dev, const clm_tensor *op);
 clm_status clm_device_event_new(clm_device *dev, clm_event **out);

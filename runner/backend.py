@@ -40,6 +40,12 @@ TensorFlag = _c_enum("clm_tensor_flag", "CLM_TENSOR_FLAG_", "TensorFlag")
 UnaryOp = _c_enum("clm_unary_op", "CLM_UNARY_OP_", "UnaryOp")   # op_params[0] of an UNARY node
 GluOp = _c_enum("clm_glu_op", "CLM_GLU_OP_", "GluOp")           # op_params[0] of a GLU node
 SortOrder = _c_enum("clm_sort_order", "CLM_SORT_ORDER_", "SortOrder")  # op_params[0] of ARGSORT
+# Graph.scan: words per node and where each field is (clm_scan_word), and the flag bits
+SCAN_WORDS, SCAN_NODE, SCAN_OP, SCAN_FLAGS = (lib.CLM_SCAN_WORDS, lib.CLM_SCAN_NODE,
+                                              lib.CLM_SCAN_OP, lib.CLM_SCAN_FLAGS)
+SCAN_ROOT, SCAN_ROOT_BUFT, SCAN_N_SRC = lib.CLM_SCAN_ROOT, lib.CLM_SCAN_ROOT_BUFT, lib.CLM_SCAN_N_SRC
+SCAN_VIEW, SCAN_HAS_DATA, SCAN_ROOT_HAS_DATA = (lib.CLM_SCAN_VIEW, lib.CLM_SCAN_HAS_DATA,
+                                                lib.CLM_SCAN_ROOT_HAS_DATA)
 ROPE_TYPE_NEOX = lib.CLM_ROPE_TYPE_NEOX                          # the ROPE mode bit (else normal)
 
 
@@ -490,6 +496,14 @@ class Device:
     def supports_op(self, tensor: "Tensor") -> bool:
         return bool(lib.clm_device_supports_op(self._ptr, tensor.c))
 
+    def supports_graph(self, graph: "Graph") -> bytes:
+        """supports_op of each of graph's nodes, in node order (1 or 0), in one call."""
+        handle = graph._handle()
+        n = lib.clm_graph_n_nodes(handle)
+        out = ffi.new("uint8_t[]", max(n, 1))
+        check(lib.clm_device_supports_graph(self._ptr, handle, out, n), "clm_device_supports_graph")
+        return ffi.buffer(out, n)[:]
+
     def supports_buft(self, buffer_type: "BufferType") -> bool:
         return bool(lib.clm_device_supports_buft(self._ptr, buffer_type._ptr))
 
@@ -530,6 +544,11 @@ class BufferType:
 
     def alloc_size(self, tensor: "Tensor") -> int:
         return int(lib.clm_buft_alloc_size(self._ptr, tensor.c))
+
+    def alloc_sizes(self, tensors) -> list[int]:
+        """alloc_size of each tensor (a planner asks for hundreds at once)."""
+        size, ptr = lib.clm_buft_alloc_size, self._ptr
+        return [size(ptr, t.c) for t in tensors]
 
     def __eq__(self, other):
         return isinstance(other, BufferType) and self._ptr == other._ptr
@@ -622,6 +641,12 @@ class Context(_Owned):
         if name:
             tensor.name = name
         return tensor
+
+    def tensor_at(self, address: int) -> "Tensor":
+        """A Tensor for the clm_tensor at `address` (Graph.scan gives tensors as addresses), kept
+        alive by this context: a tensor of this context's graphs, or one that outlives it
+        (weights, the KV cache)."""
+        return Tensor(self, ffi.cast("clm_tensor *", address))
 
     @property
     def tensors(self) -> list["Tensor"]:
@@ -1160,6 +1185,21 @@ class Graph:
         handle = self._handle()
         return [Tensor(self._ctx, lib.clm_graph_leaf(handle, i))
                 for i in range(lib.clm_graph_n_leafs(handle))]
+
+    def scan(self) -> tuple[list[int], list[tuple]]:
+        """What a scheduler reads of every node, in one call (clm_graph_scan): (a flat list of
+        SCAN_WORDS ints per node, in node order, indexed by the SCAN_* constants; every node's
+        sources, one after another, each a tuple (source, its root, the root's buffer type,
+        its buffer usage + 1)). Tensors are addresses: Context.tensor_at wraps one."""
+        handle = self._handle()
+        n_nodes = lib.clm_graph_n_nodes(handle)
+        words = ffi.new("uintptr_t[]", max(n_nodes * SCAN_WORDS, 1))
+        n_src = max(n_nodes * 4 * lib.CLM_MAX_SRC, 1)
+        src_words, used = ffi.new("uintptr_t[]", n_src), ffi.new("size_t *")
+        check(lib.clm_graph_scan(handle, words, n_nodes * SCAN_WORDS, src_words, n_src, used),
+              "clm_graph_scan")
+        it = iter(ffi.unpack(src_words, used[0]))
+        return ffi.unpack(words, n_nodes * SCAN_WORDS), list(zip(it, it, it, it))
 
     def reset(self) -> None:
         lib.clm_graph_reset(self._handle())

@@ -320,8 +320,11 @@ class Model:
         self._graphs: OrderedDict = OrderedDict()
         self._warm_up_op_caches()
         # reserve the worst case (a full micro-batch over the whole context) so later graphs fit
-        self._get_plan(self.n_batch, self.kv.n_kv(np.array([n_cells - 1])), self.n_batch)
-        self._graphs.clear()
+        n_kv = self.kv.n_kv(np.array([n_cells - 1]))
+        with profiler.span("reserve compute", n_tokens=self.n_batch, n_kv=n_kv):
+            fg = build_graph(self._graph_hp, self.weights.tensors, self.kv, self.n_batch, n_kv,
+                             self.n_batch, flash_attn=self.flash_attn, tp=self._tp_graph)
+            self.sched.reserve_for(fg.graph, fg.inputs, {"logits": fg.logits})
         self._timings["load_ms"] = (time.perf_counter() - t0) * 1e3
         if prof is not None:        # device nodes are timed from here on
             for slot in self.sched.slots[:-1]:

@@ -48,6 +48,13 @@ class DeviceSlot:
             return False
         return self.device.supports_op(node)
 
+    def supports_graph(self, graph: be.Graph, ops: list) -> list:
+        """supports() of each of graph's nodes (ops: theirs, in node order), in one C call."""
+        ok = self.device.supports_graph(graph)
+        decline = self.decline
+        return [bool(k) and op not in decline for k, op in zip(ok, ops)] if decline \
+            else [bool(k) for k in ok]
+
     def close(self):
         self.backend.close()
 
@@ -157,8 +164,11 @@ class Scheduler:
         self.weight_cache: dict[int, np.ndarray] = {}  # CPU: bytes of weights read once
 
     def slot_of_buffer(self, t: be.Tensor) -> int | None:
-        buft = _buffer_buft(t)
-        if buft is None:
+        return self.slot_of_buft(_buffer_buft(t))
+
+    def slot_of_buft(self, buft: int | None) -> int | None:
+        """The slot whose memory a buffer type (BufferType.id; None or 0: not placed) is."""
+        if not buft:
             return None
         slot = self._by_buft.get(buft)
         if slot is None:    # another buffer type of a device (its mapped host memory), or none
@@ -188,6 +198,12 @@ class Scheduler:
     def plan(self, graph: be.Graph, inputs: dict, outputs: dict, split_each_node=False) -> "Plan":
         return Plan(self, graph, inputs, outputs, split_each_node)
 
+    def reserve_for(self, graph: be.Graph, inputs: dict, outputs: dict) -> dict:
+        """Grow the compute buffers to what a plan of `graph` needs (MemoryError when they cannot
+        be allocated), without placing its tensors or building its split graphs: the worst case
+        a model reserves at load, never run. -> slot -> bytes."""
+        return Plan(self, graph, inputs, outputs, False, reserve_only=True).compute_sizes
+
     def close(self):
         for b in self.buffers.values():
             b.close()
@@ -203,7 +219,7 @@ class Plan:
     """One graph split, allocated and ready to run many times (decode reuses it per token)."""
 
     def __init__(self, sched: Scheduler, graph: be.Graph, inputs: dict, outputs: dict,
-                 split_each_node: bool):
+                 split_each_node: bool, reserve_only: bool = False):
         self.sched, self.graph = sched, graph
         self.inputs = dict(inputs)           # name -> leaf Tensor (values given at run())
         self.outputs = dict(outputs)         # name -> Tensor to read after run()
@@ -213,118 +229,154 @@ class Plan:
         self._kept = None                    # run_kept()'s outputs
         self._kept_reads: dict = {}          # run_kept(names=): names -> its reads
         self.ctx = be.Context(max_tensors=4096)
-        self.nodes = [n for n in graph.nodes]
-        self.index = {n.address: i for i, n in enumerate(self.nodes)}
         self._read_nodes()
         self._assign()
         self._split(split_each_node)
         self._liveness()
         self._wire()
-        self._allocate()
-        self._build_split_graphs()
+        self._allocate(reserve_only)
+        if not reserve_only:
+            self._build_split_graphs()
 
     # ---- pass 0: what the passes read of each node, read once (each read crosses cffi) ----------
     def _read_nodes(self):
-        """Per node: op, whether it is a view, its root (memory owner) and root address, and its
-        sources with their roots as they are before _wire rewires them. A planned graph of a
-        small model has ~850 nodes and each pass used to read these again."""
-        self.ops = [n.op for n in self.nodes]
-        self.views = [n.is_view for n in self.nodes]
-        self.roots = [_root(n) for n in self.nodes]
-        self.root_addrs = [r.address for r in self.roots]
-        known: dict = {}
-        # per node: [(src or None, its root or None, the root's address or None)]
-        self.srcs = [n.sources_with_roots(known) for n in self.nodes]
-        self._supports: dict = {}          # (slot, node index) -> bool
+        """Per node, from one clm_graph_scan: op, whether it is a view, whether it has memory,
+        its root (memory owner) and the root's buffer type, and its sources as (source, root,
+        root's buffer type, root's buffer usage + 1) addresses as they are before _wire rewires
+        them (0: none). Tensor objects are made only where a pass needs one (_tensor)."""
+        graph = self.graph
+        words, sources = graph.scan()
+        W = be.SCAN_WORDS
+        self.nodes = graph.nodes
+        self.node_addrs = words[be.SCAN_NODE::W]
+        self.index = {a: i for i, a in enumerate(self.node_addrs)}
+        self.ops = words[be.SCAN_OP::W]
+        self.flags = words[be.SCAN_FLAGS::W]
+        self.views = [bool(f & be.SCAN_VIEW) for f in self.flags]
+        self.root_addrs = words[be.SCAN_ROOT::W]
+        self.root_bufts = words[be.SCAN_ROOT_BUFT::W]
+        self.srcs = []
+        at = 0
+        for n in words[be.SCAN_N_SRC::W]:
+            self.srcs.append(sources[at:at + n])
+            at += n
+        self._tensors = dict(zip(self.node_addrs, self.nodes))   # address -> Tensor
+        self._supports: dict = {}          # slot -> per node supports (devices: one C call)
+
+    def _tensor(self, addr: int) -> be.Tensor:
+        t = self._tensors.get(addr)
+        if t is None:
+            t = self._tensors[addr] = self.graph._ctx.tensor_at(addr)
+        return t
 
     def _supported(self, slot: int, i: int) -> bool:
-        key = (slot, i)
-        ok = self._supports.get(key)
-        if ok is None:
-            ok = self._supports[key] = self.sched.slots[slot].supports(self.nodes[i])
-        return ok
+        per_node = self._supports.get(slot)
+        if per_node is None:
+            s = self.sched.slots[slot]
+            if s.is_cpu:       # the reference: asked node by node (rarely)
+                per_node = self._supports[slot] = {}
+            else:
+                per_node = self._supports[slot] = s.supports_graph(self.graph, self.ops)
+        if isinstance(per_node, dict):
+            ok = per_node.get(i)
+            if ok is None:
+                ok = per_node[i] = self.sched.slots[slot].supports(self.nodes[i])
+            return ok
+        return per_node[i]
 
     # ---- pass 1-4: assign a backend to every node ----------------------------------------------
     def _assign(self):
         sched = self.sched
         nodes, ops, supported = self.nodes, self.ops, self._supported
-        assign: list = [None] * len(nodes)
+        views, root_addrs, index = self.views, self.root_addrs, self.index
+        slot_of_buft = sched.slot_of_buft
+        n_nodes = len(nodes)
+        assign: list = [None] * n_nodes
         self.leaf_slot = {}                  # root address -> slot (pre-allocated leaves)
+        weights = int(be.BufferUsage.WEIGHTS) + 1
 
         # pass 1: nodes on pre-allocated tensors: writes into them (SET_ROWS, CPY) and views of
         # them go where the memory is; ops with a weight operand go to the weight's device
-        for i in range(len(nodes)):
-            if self.views[i] and self.root_addrs[i] not in self.index:
-                s = sched.slot_of_buffer(self.roots[i])
+        for i in range(n_nodes):
+            if views[i] and root_addrs[i] not in index:
+                s = slot_of_buft(self.root_bufts[i])
                 if s is not None:
                     assign[i] = s
                     continue
-            for src, root, _ in self.srcs[i]:
-                if src is not None and _is_weights(root):
-                    s = sched.slot_of_buffer(root)
+            for src, _, buft, usage in self.srcs[i]:
+                if src and usage == weights:
+                    s = slot_of_buft(buft)
                     if s is not None and supported(s, i):
                         assign[i] = s
                         break
         # pass 2: expand device assignments down the graph, then up (runs of unassigned nodes
         # join their neighbour's backend when it supports them)
+        cpu = sched.cpu
         cur = None
-        for i in range(len(nodes)):
+        for i in range(n_nodes):
             if assign[i] is not None:
-                cur = assign[i] if assign[i] != sched.cpu else None
+                cur = assign[i] if assign[i] != cpu else None
             elif cur is not None and supported(cur, i):
                 assign[i] = cur
         cur = None
-        for i in range(len(nodes) - 1, -1, -1):
+        for i in range(n_nodes - 1, -1, -1):
             if assign[i] is not None:
-                cur = assign[i] if assign[i] != sched.cpu else None
+                cur = assign[i] if assign[i] != cpu else None
             elif cur is not None and supported(cur, i):
                 assign[i] = cur
         # pass 3: what is left goes to the first backend that supports it
-        for i, n in enumerate(nodes):
+        for i in range(n_nodes):
             if assign[i] is None:
                 assign[i] = next((k for k in range(len(sched.slots)) if supported(k, i)), None)
                 if assign[i] is None:
+                    n = nodes[i]
                     raise SchedError(f"no backend runs node {n.name!r} ({n.op_desc})")
         # pass 4: view nodes follow their source; unsupported assignments fall back to the CPU
-        for i in range(len(nodes)):
+        for i in range(n_nodes):
             if ops[i] in _VIEW_OPS:
-                j = self.index.get(self.root_addrs[i])
+                j = index.get(root_addrs[i])
                 if j is not None:
                     assign[i] = assign[j]
                 else:
-                    s = sched.slot_of_buffer(self.roots[i])
+                    s = slot_of_buft(self.root_bufts[i])
                     assign[i] = s if s is not None else assign[i]
             elif not supported(assign[i], i):
-                assign[i] = sched.cpu
+                assign[i] = cpu
         self.assign = assign
 
     # ---- pass 5: splits -------------------------------------------------------------------------
     def _split(self, each_node: bool):
         splits: list[Split] = []
-        for i, n in enumerate(self.nodes):
-            if self.ops[i] in _VIEW_OPS:
+        self._split_index: list[list[int]] = []     # per split: its nodes' graph indices
+        ops, assign, nodes = self.ops, self.assign, self.nodes
+        for i in range(len(nodes)):
+            if ops[i] in _VIEW_OPS:
                 continue
-            s = self.assign[i]
+            s = assign[i]
             if each_node or not splits or splits[-1].slot != s:
                 splits.append(Split(slot=s, nodes=[], first=i))
-            splits[-1].nodes.append(n)
+                self._split_index.append([])
+            splits[-1].nodes.append(nodes[i])
+            self._split_index[-1].append(i)
         self.splits = splits
         self.split_of = {}
-        for k, sp in enumerate(splits):
-            for n in sp.nodes:
-                self.split_of[n.address] = k
+        addrs = self.node_addrs
+        for k, idx in enumerate(self._split_index):
+            for i in idx:
+                self.split_of[addrs[i]] = k
 
     def _liveness(self):
         """Last use (graph index) of every root, through views and across backends, and of every
         root on each backend (how long a copy there must live); before any rewiring."""
         self.last, self.last_on = {}, {}
         last, last_on = self.last, self.last_on
+        ops, assign = self.ops, self.assign
         for i, entries in enumerate(self.srcs):
-            if self.ops[i] in _VIEW_OPS:
+            if ops[i] in _VIEW_OPS:
                 continue
-            s = self.assign[i]
-            for src, _, r in entries:
-                if src is not None:     # nodes come in order: i is the latest use so far
+            s = assign[i]
+            for src, r, _, _ in entries:
+                if src:     # nodes come in order: i is the latest use so far
                     last[r] = i
                     last_on[(r, s)] = i
 
@@ -338,32 +390,36 @@ class Plan:
         input_addr = {t.address: name for name, t in self.inputs.items()}
         self._input_addrs = set(input_addr)
         alias_of: dict = {}
+        split_of, srcs, tensor = self.split_of, self.srcs, self._tensor
         # a result another split reads, or the caller reads, is an output of its split's graph
         # (ggml_set_output): a backend that fuses nodes must still write it (CANN_LLM_FUSION)
         for t in self.outputs.values():
             t.mark_output()
-        for k, sp in enumerate(self.splits):
-            for n in sp.nodes:
-                for src, root, root_addr in self.srcs[self.index[n.address]]:
-                    if src is not None and self.split_of.get(root_addr, k) != k:
-                        root.mark_output()
+        for k, idx in enumerate(self._split_index):
+            for i in idx:
+                for src, root_addr, _, _ in srcs[i]:
+                    if src and split_of.get(root_addr, k) != k:
+                        tensor(root_addr).mark_output()
         for k, sp in enumerate(self.splits):
             if sched.slots[sp.slot].is_cpu:
                 continue
-            for n in sp.nodes:
-                for si, (src, root, root_addr) in enumerate(self.srcs[self.index[n.address]]):
-                    if src is None:
+            for i in self._split_index[k]:
+                n = None
+                for si, (src_addr, root_addr, root_buft, _) in enumerate(srcs[i]):
+                    if not src_addr:
                         continue
-                    where = self.split_of.get(root_addr)
+                    where = split_of.get(root_addr)
                     if where == k:
                         continue                       # computed in this split
                     if where is None and root_addr not in input_addr:
-                        s = sched.slot_of_buffer(root)
+                        s = sched.slot_of_buft(root_buft)
                         if s == sp.slot:
                             continue                   # pre-allocated here (weights, KV)
                         if s is None:
-                            raise SchedError(f"node {n.name!r} ({n.op_desc}) reads "
-                                             f"{root.name!r}, which has no memory")
+                            raise SchedError(f"node {self.nodes[i].name!r} "
+                                             f"({self.nodes[i].op_desc}) reads "
+                                             f"{tensor(root_addr).name!r}, which has no memory")
+                    root = tensor(root_addr)
                     if where is not None and self.splits[where].slot == sp.slot:
                         base = root                    # same backend, earlier split: alias
                     else:
@@ -379,48 +435,49 @@ class Plan:
                             else:
                                 src_slot = (self.assign[self.index[root_addr]]
                                             if root_addr in self.index
-                                            else sched.slot_of_buffer(root))
+                                            else sched.slot_of_buft(root_buft))
                                 sp.copies.append((root, src_slot, copy))
                                 self.alloc_extra.append((sp.slot, copy, sp.first, root_addr))
                         base = self.copies[key]
-                    src_addr, base_addr = src.address, base.address
+                    base_addr = base.address
                     akey = (src_addr, base_addr)
                     if akey not in alias_of:
                         if src_addr == root_addr and base_addr != root_addr:
                             alias_of[akey] = base      # the copy itself stands for the root
                         else:
+                            src = tensor(src_addr)
                             alias = self.ctx.new_tensor(src.type, src.ne)
                             alias.name = src.name[:60] + "#a"
                             alias.set_strides(src.nb)
                             self.aliases.append((alias, src, root, base))
                             alias_of[akey] = alias
+                    if n is None:
+                        n = self.nodes[i]
                     n.set_src(si, alias_of[akey])
         # CPU inputs are written straight into its memory; note which inputs the CPU reads
         self.cpu_inputs = set()
         for k, sp in enumerate(self.splits):
             if sched.slots[sp.slot].is_cpu:
-                for n in sp.nodes:
-                    for src, _, root_addr in self.srcs[self.index[n.address]]:
-                        if src is not None and root_addr in input_addr:
+                for i in self._split_index[k]:
+                    for src, root_addr, _, _ in srcs[i]:
+                        if src and root_addr in input_addr:
                             self.cpu_inputs.add(input_addr[root_addr])
 
     # ---- pass 7: compute memory by liveness -----------------------------------------------------
-    def _allocate(self):
+    def _allocate(self, reserve_only: bool = False):
         sched, nodes = self.sched, self.nodes
         keep = {t.address for t in self.outputs.values()} | {_root(t).address
                                                             for t in self.outputs.values()}
-        last = self.last
+        last, slots, ops, flags = self.last, sched.slots, self.ops, self.flags
+        placed = be.SCAN_VIEW | be.SCAN_HAS_DATA
         events = []       # (time, kind 0 = alloc / 1 = free, slot, tensor, address)
-        for i, n in enumerate(nodes):
+        for i, addr in enumerate(self.node_addrs):
             s = self.assign[i]
-            if sched.slots[s].is_cpu or self.ops[i] in _VIEW_OPS or self.views[i]:
+            if slots[s].is_cpu or ops[i] in _VIEW_OPS or flags[i] & placed:
                 continue
-            if n.has_data:
-                continue
-            addr = self.root_addrs[i]        # not a view: its own address
-            events.append((4 * i, 0, s, n, addr))
+            events.append((4 * i, 0, s, nodes[i], addr))   # not a view: its own address
             if addr not in keep:
-                events.append((4 * max(last.get(addr, i), i) + 1, 1, s, n, addr))
+                events.append((4 * max(last.get(addr, i), i) + 1, 1, s, nodes[i], addr))
         # copies live from their split's start to their last consumer on that backend
         for slot, copy, first, root_addr in self.alloc_extra:
             addr = copy.address
@@ -431,14 +488,19 @@ class Plan:
                 events.append((4 * self.last_on.get((root_addr, slot), len(nodes)) + 1, 1,
                                slot, copy, addr))
         events.sort(key=lambda e: (e[0], e[1]))
+        sizes: dict = {}        # address -> bytes, asked per buffer type in one go
+        for slot in {e[2] for e in events}:
+            allocs = [(e[4], e[3]) for e in events if e[2] == slot and e[1] == 0]
+            sizes.update(zip((a for a, _ in allocs),
+                             slots[slot].buffer_type.alloc_sizes(t for _, t in allocs)))
         arenas: dict[int, _Arena] = {}
         offsets: dict[int, tuple] = {}    # address -> (slot, offset, tensor, size)
         for _, kind, slot, t, addr in events:
             arena = arenas.get(slot)
             if arena is None:
-                arena = arenas[slot] = _Arena(sched.slots[slot].buffer_type.alignment)
+                arena = arenas[slot] = _Arena(slots[slot].buffer_type.alignment)
             if kind == 0:
-                size = sched.slots[slot].buffer_type.alloc_size(t)
+                size = sizes[addr]
                 offsets[addr] = (slot, arena.alloc(size), t, size)
             else:
                 arena.release(offsets[addr][1], offsets[addr][3])
@@ -446,12 +508,15 @@ class Plan:
         for slot, size in self.compute_sizes.items():
             sched.reserve(slot, size)
         self.generation = sched.generation
+        if reserve_only:
+            return
         for slot, off, t, _ in offsets.values():
             t.alloc(sched.buffers[slot], off)
         # views of allocated memory get their addresses (ggml_backend_view_init)
-        for i, n in enumerate(nodes):
-            if self.views[i] and not n.has_data and self.roots[i].has_data:
-                n.view_init()
+        for i, f in enumerate(flags):
+            if f & be.SCAN_VIEW and not f & be.SCAN_HAS_DATA and (
+                    f & be.SCAN_ROOT_HAS_DATA or self.root_addrs[i] in offsets):
+                nodes[i].view_init()
         for alias, src, root, base in self.aliases:
             if base.address == root.address:
                 addr, like = src.data, src

@@ -204,6 +204,22 @@ def test_out_of_device_memory(default_path):
     assert "ERR" in r.stdout and "memory" in r.stdout.lower()
 
 
+def test_compute_buffer_out_of_memory_fails_the_load(tmp_path):
+    """The load reserves the worst case's compute buffers (n_batch tokens over the whole
+    context): weights that fit and a reserve that does not fail the load, naming the buffer."""
+    path = write_tiny_model(tmp_path / "v.gguf", arch="qwen2", n_embd=64, n_layer=1, n_head=4,
+                            n_head_kv=2, n_ff=128, n_vocab=70016, weight_type=QT.Q8_0)
+    code = (f"import cann_llm\ntry:\n    cann_llm.load({str(path)!r}, n_ctx=512, n_batch=512)\n"
+            "except MemoryError as e:\n    print('ERR', e)\nelse:\n    print('LOADED')\n")
+    # 512 rows of 70016 F32 logits alone are 137 MiB
+    r = run_python(code, env={"CANN_LLM_HOST_MEMORY": "96M", "CANN_LLM_WEIGHT_CACHE": "off"})
+    assert r.returncode == 0, r.stderr
+    assert "ERR cannot allocate" in r.stdout and "compute buffer on CANN0" in r.stdout, r.stdout
+    ok = run_python(code.replace("n_batch=512", "n_batch=64"),
+                    env={"CANN_LLM_HOST_MEMORY": "96M", "CANN_LLM_WEIGHT_CACHE": "off"})
+    assert ok.returncode == 0 and "LOADED" in ok.stdout, ok.stdout + ok.stderr
+
+
 @pytest.mark.parametrize("wtype", [QT.Q8_0, QT.Q4_1, QT.F16])
 def test_large_vocabulary_logits_for_every_row(tmp_path, wtype):
     """A qwen2-shaped model whose output projection has more than 65535 rows (the

@@ -62,6 +62,44 @@ def test_arena_reuses_freed_blocks():
     assert a.alloc(256) == 0 and a.end == 256
 
 
+def test_graph_scan_matches_the_tensors_it_describes(device):
+    """Graph.scan (one C call) gives what reading each node's attributes gives: op, view and
+    memory flags, root and its buffer type, and per source the source, its root, the root's
+    buffer type and usage; supports_graph is supports_op node by node."""
+    wctx, wbuf, w = _weights(device)
+    ctx, g, x, out = _graph(w)
+    view = ctx.view_4d(out, [32, 5], [out.nb[1]], 0)       # a view node over a computed node
+    g.build_forward(ctx.scale(view, 2.0))
+    (words, sources), W = g.scan(), be.SCAN_WORDS
+    nodes = g.nodes
+    assert len(words) == W * len(nodes) and any(n.is_view for n in nodes)
+    at = 0
+    for i, n in enumerate(nodes):
+        rec = words[i * W:(i + 1) * W]
+        root = n.storage
+        assert rec[be.SCAN_NODE] == n.address and rec[be.SCAN_OP] == n.op
+        assert rec[be.SCAN_FLAGS] == ((be.SCAN_VIEW if n.is_view else 0)
+                                      | (be.SCAN_HAS_DATA if n.has_data else 0)
+                                      | (be.SCAN_ROOT_HAS_DATA if root.has_data else 0))
+        assert rec[be.SCAN_ROOT] == root.address
+        assert rec[be.SCAN_ROOT_BUFT] == (root.buffer_type_id or 0)
+        srcs = n.sources
+        assert rec[be.SCAN_N_SRC] == len(srcs) > 0
+        for src in srcs:
+            if src is None:
+                assert sources[at] == (0, 0, 0, 0)
+                at += 1
+                continue
+            sroot = src.storage
+            usage = sroot.buffer_usage
+            assert sources[at] == (src.address, sroot.address, sroot.buffer_type_id or 0,
+                                   0 if usage is None else usage + 1)
+            at += 1
+    assert at == len(sources)
+    assert be.BufferUsage.WEIGHTS + 1 in {usage for _, _, _, usage in sources}
+    assert list(device.supports_graph(g)) == [int(device.supports_op(n)) for n in nodes]
+
+
 def test_declined_ops_fall_back_to_cpu(device):
     wctx, wbuf, w = _weights(device)
     x_val = RNG.standard_normal((5, 64)).astype(np.float32)

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define CLM_ABI_VERSION 9
+#define CLM_ABI_VERSION 10
 #define CLM_MAX_DIMS 4
 #define CLM_MAX_SRC 10
 #define CLM_MAX_OP_PARAMS 16
@@ -394,6 +394,30 @@ clm_tensor *clm_graph_node(const clm_graph *graph, size_t i);
 size_t clm_graph_n_leafs(const clm_graph *graph);
 clm_tensor *clm_graph_leaf(const clm_graph *graph, size_t i);
 void clm_graph_reset(clm_graph *graph);
+/* What a scheduler reads of every node, in one call (each read from Python crosses the FFI):
+ * node i's CLM_SCAN_WORDS words from words[i * CLM_SCAN_WORDS] are indexed by clm_scan_word, and
+ * its sources (up to the last present one, CLM_SCAN_N_SRC of them) follow those of the nodes
+ * before it in src_words, 4 words each: the source, its root, the root's buffer type and the
+ * root's buffer usage + 1 (0: no buffer), all 0 for an absent source. A tensor's "root" is its
+ * view source, else itself; a buffer type is given only for a placed tensor (buffer and data
+ * set), else 0. n_words must cover the nodes and n_src_words their sources (at most
+ * 4 * CLM_MAX_SRC per node); *n_src_used gets the source words written. */
+typedef enum clm_scan_word {
+    CLM_SCAN_NODE = 0,          /* the node (clm_tensor *) */
+    CLM_SCAN_OP = 1,
+    CLM_SCAN_FLAGS = 2,         /* clm_scan_flag bits */
+    CLM_SCAN_ROOT = 3,
+    CLM_SCAN_ROOT_BUFT = 4,
+    CLM_SCAN_N_SRC = 5,
+    CLM_SCAN_WORDS = 6,
+} clm_scan_word;
+typedef enum clm_scan_flag {
+    CLM_SCAN_VIEW = 1,
+    CLM_SCAN_HAS_DATA = 2,
+    CLM_SCAN_ROOT_HAS_DATA = 4,
+} clm_scan_flag;
+clm_status clm_graph_scan(const clm_graph *graph, uintptr_t *words, size_t n_words, uintptr_t *src_words,
+                          size_t n_src_words, size_t *n_src_used);
 
 /* ---- registry and devices ------------------------------------------------------------------ */
 /* The CANN registry: aclInit once, one device per aclrtGetDeviceCount(). */
@@ -428,6 +452,8 @@ clm_status clm_device_buffer_from_host_ptr(clm_device *dev, void *ptr, size_t si
  * clm_device_buffer_from_host_ptr (acl_host, ptr 4 KiB aligned, memory outlives the buffer). */
 clm_status clm_device_buffer_from_image(clm_device *dev, void *ptr, size_t size, clm_buffer **out);
 bool clm_device_supports_op(clm_device *dev, const clm_tensor *op);
+/* supports_op of every node of graph into out[0 .. n_nodes) (1 or 0), in one call; n >= n_nodes. */
+clm_status clm_device_supports_graph(clm_device *dev, const clm_graph *graph, uint8_t *out, size_t n);
 bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft);
 bool clm_device_offload_op(clm_device *dev, const clm_tensor *op);
 clm_status clm_device_event_new(clm_device *dev, clm_event **out);

@@ -76,6 +76,14 @@ bool clm_device_supports_op(clm_device *dev, const clm_tensor *op) {
     return dev != NULL && op != NULL && dev->iface.supports_op(dev, op);
 }
 
+clm_status clm_device_supports_graph(clm_device *dev, const clm_graph *graph, uint8_t *out, size_t n) {
+    CLM_CHECK_ARG(dev != NULL && graph != NULL && (out != NULL || graph->n_nodes == 0),
+                  "clm_device_supports_graph: NULL argument");
+    CLM_CHECK_ARG(n >= graph->n_nodes, "clm_device_supports_graph: %zu results for %zu nodes", n, graph->n_nodes);
+    for (size_t i = 0; i < graph->n_nodes; i++) out[i] = clm_device_supports_op(dev, graph->nodes[i]) ? 1 : 0;
+    return CLM_OK;
+}
+
 bool clm_device_supports_buft(clm_device *dev, const clm_buffer_type *buft) {
     return dev != NULL && buft != NULL && dev->iface.supports_buft(dev, buft);
 }

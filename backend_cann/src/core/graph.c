@@ -89,3 +89,47 @@ void clm_graph_reset(clm_graph *g) {
     g->n_leafs = 0;
     for (size_t i = 0; i < g->visited_size; i++) g->visited[i] = NULL;
 }
+
+/* Where a tensor's memory lies, as the scheduler asks it: its buffer type once it is placed. */
+static uintptr_t placed_buft(const clm_tensor *t) {
+    return t->buffer != NULL && t->data != NULL ? (uintptr_t)t->buffer->buft : 0;
+}
+
+clm_status clm_graph_scan(const clm_graph *graph, uintptr_t *words, size_t n_words, uintptr_t *src_words,
+                          size_t n_src_words, size_t *n_src_used) {
+    CLM_CHECK_ARG(graph != NULL && n_src_used != NULL, "clm_graph_scan: NULL argument");
+    CLM_CHECK_ARG(n_words >= graph->n_nodes * CLM_SCAN_WORDS && (words != NULL || n_words == 0),
+                  "clm_graph_scan: %zu words for %zu nodes (%d each)", n_words, graph->n_nodes, CLM_SCAN_WORDS);
+    size_t used = 0;
+    for (size_t i = 0; i < graph->n_nodes; i++) {
+        const clm_tensor *t = graph->nodes[i];
+        const clm_tensor *root = t->view_src != NULL ? t->view_src : t;
+        uintptr_t *w = words + i * CLM_SCAN_WORDS;
+        int n_src = CLM_MAX_SRC;
+        while (n_src > 0 && t->src[n_src - 1] == NULL) n_src--;
+        CLM_CHECK_ARG(src_words != NULL && used + 4 * (size_t)n_src <= n_src_words,
+                      "clm_graph_scan: %zu source words are too few", n_src_words);
+        w[CLM_SCAN_NODE] = (uintptr_t)t;
+        w[CLM_SCAN_OP] = (uintptr_t)t->op;
+        w[CLM_SCAN_FLAGS] = (t->view_src != NULL ? CLM_SCAN_VIEW : 0) | (t->data != NULL ? CLM_SCAN_HAS_DATA : 0) |
+                            (root->data != NULL ? CLM_SCAN_ROOT_HAS_DATA : 0);
+        w[CLM_SCAN_ROOT] = (uintptr_t)root;
+        w[CLM_SCAN_ROOT_BUFT] = placed_buft(root);
+        w[CLM_SCAN_N_SRC] = (uintptr_t)n_src;
+        for (int s = 0; s < n_src; s++, used += 4) {
+            uintptr_t *ws = src_words + used;
+            const clm_tensor *src = t->src[s];
+            if (src == NULL) {
+                ws[0] = ws[1] = ws[2] = ws[3] = 0;
+                continue;
+            }
+            const clm_tensor *src_root = src->view_src != NULL ? src->view_src : src;
+            ws[0] = (uintptr_t)src;
+            ws[1] = (uintptr_t)src_root;
+            ws[2] = placed_buft(src_root);
+            ws[3] = src_root->buffer != NULL ? (uintptr_t)src_root->buffer->usage + 1 : 0;
+        }
+    }
+    *n_src_used = used;
+    return CLM_OK;
+}
