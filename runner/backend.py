@@ -1037,36 +1037,6 @@ class Tensor:
             srcs.pop()
         return srcs
 
-    def sources_with_roots(self, known: dict) -> list:
-        """`sources`, each as (tensor, its storage root, the root's address), (None, None, None)
-        for an absent entry. `known` (address -> that triple) is shared across calls, so that a
-        tensor read by several nodes is wrapped once (the scheduler reads every node's sources)."""
-        c = self.c
-        addrs = ffi.unpack(ffi.cast("uintptr_t *", c.src), len(c.src))
-        n = len(addrs)
-        while n and not addrs[n - 1]:
-            n -= 1
-        out = []
-        for i in range(n):
-            addr = addrs[i]
-            if not addr:
-                out.append((None, None, None))
-                continue
-            entry = known.get(addr)
-            if entry is None:
-                ptr = c.src[i]
-                t = Tensor(self._ctx, ptr)
-                base = ptr.view_src
-                if base == ffi.NULL:
-                    entry = (t, t, addr)
-                else:
-                    root_addr = int(ffi.cast("uintptr_t", base))
-                    seen = known.get(root_addr)
-                    entry = (t, seen[0] if seen else Tensor(self._ctx, base), root_addr)
-                known[addr] = entry
-            out.append(entry)
-        return out
-
     @property
     def n_src_slots(self) -> int:
         return len(self.c.src)
