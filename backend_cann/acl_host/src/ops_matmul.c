@@ -672,7 +672,7 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
         c.row0 = rb0 * c.mb;
         if (!direct)
             ah_parallel_for(r1 - c.row0, 64, wq_pack_x, &c);
-        ah_parallel_for((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
+        ah_parallel_for_tapered((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
         rb0 = rb1;
     }
     scratch_done(0);
