@@ -690,7 +690,12 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
         c.row0 = rb0 * c.mb;
         if (!direct)
             ah_parallel_for(r1 - c.row0, 64, wq_pack_x, &c);
-        ah_parallel_for_tapered((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
+        /* several rows (compute-bound): tapered chunks, so the threads finish together; one row
+         * streams the weights, and every chunk start restarts the prefetch: a few even chunks */
+        if (p->m > 1)
+            ah_parallel_for_tapered((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
+        else
+            ah_parallel_for((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
         rb0 = rb1;
     }
     scratch_done(0);
