@@ -1,7 +1,8 @@
 /* test_pool.c - the acl_host thread pool: every item covered once, chunk boundaries fixed by
  * (n, grain, size) alone, nested jobs inline, several submitting threads hammering the pool with
  * CANN_LLM_POLL at 0, the default and a large value (no lost wake-up: a lost one hangs here
- * until ctest's timeout), polling workers dispatched without sleeping, no polling while the CPUs
+ * until ctest's timeout), tapered jobs (chunks of decreasing size) covering every item once,
+ * polling workers dispatched without sleeping, no polling while the CPUs
  * are oversubscribed, and an idle pool that sleeps and burns no CPU. CT_BENCH=1 also prints
  * the cost of dispatching a job over 2 threads, with and without polling.
  */
@@ -70,11 +71,39 @@ static bool covered_once(int64_t n, int64_t grain, bool nested)
     return ok;
 }
 
+/* A tapered job of n items: every item covered once, by chunks that start where the previous one
+ * ended and are at least `grain`, never growing but for the last one, which is under two grains;
+ * one call when it is not worth splitting. Nested jobs inside run inline. */
+static bool tapered_once(int64_t n, int64_t grain, bool nested)
+{
+    cover c = {calloc((size_t)n + 1, sizeof(atomic_int)), calloc((size_t)n + 1, sizeof(atomic_llong)),
+               n, 0, nested};
+    ah_parallel_for_tapered(n, grain, count_hits, &c);
+    bool ok = true;
+    for (int64_t i = 0; i < n; i++)
+        ok = ok && atomic_load(&c.hits[i]) == 1;
+    int64_t begin = 0, prev = n, calls = 0, last = 0;
+    while (ok && begin < n) {
+        int64_t end = atomic_load(&c.ends[begin]) - 1;
+        ok = end > begin && (end - begin <= prev || end == n) && (end - begin >= grain || n < grain);
+        prev = last = end - begin;
+        begin = end;
+        calls++;
+    }
+    bool one_call = n < 2 * grain || ah_n_threads() == 1;
+    ok = ok && begin == n && calls == atomic_load(&c.calls) % 1000000 && atomic_load(&c.calls) < 1000000;
+    ok = ok && (one_call ? calls == 1 : calls > 1 && last < 2 * grain);
+    free(c.hits);
+    free(c.ends);
+    return ok;
+}
+
 static void *pool_client(void *arg)
 {
     bool *ok = arg;
     for (int i = 0; i < 400; i++)
-        *ok = *ok && covered_once(1 + (i * 37) % 5000, 1 + i % 5, false);
+        *ok = *ok && covered_once(1 + (i * 37) % 5000, 1 + i % 5, false) &&
+              tapered_once(1 + (i * 53) % 3000, 1 + i % 7, false);
     return NULL;
 }
 
@@ -140,6 +169,13 @@ static void run_with(const char *threads, const char *poll, int expect_poll)
     CHECK(covered_once(5, 100, false)); /* below the grain: inline */
     CHECK(covered_once(1000, 7, false));
     CHECK(covered_once(100003, 1, true));
+    CHECK(tapered_once(1, 1, false));
+    CHECK(tapered_once(7, 4, false)); /* under two grains: one call */
+    CHECK(tapered_once(8, 4, false));
+    CHECK(tapered_once(18, 1, false));
+    CHECK(tapered_once(1536, 1, false));
+    CHECK(tapered_once(100003, 3, true));
+    CHECK(tapered_once((int64_t)MAX_TAPERED_CHUNKS * 50, 1, false)); /* more chunks than the table */
     CHECK(hammer(4));
     /* an idle pool sleeps once the poll time has passed, and burns nothing after that */
     burst();
@@ -304,7 +340,7 @@ int main(void)
 
     ah_pool_shutdown();
     setenv("CANN_LLM_THREADS", "1", 1);
-    CHECK(ah_n_threads() == 1 && covered_once(1000, 1, false));
+    CHECK(ah_n_threads() == 1 && covered_once(1000, 1, false) && tapered_once(1000, 1, false));
     ah_pool_shutdown();
     return CT_RESULT();
 }

@@ -74,5 +74,11 @@ int ah_n_threads(void);
  * stream workers at once (jobs run one after another). */
 typedef void (*ah_parallel_fn)(void *ctx, int64_t begin, int64_t end);
 void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx);
+/* The same for work whose result does not depend on how [0, n) is cut (independent items):
+ * chunks of decreasing size, each about 1/(2 * pool size) of what is left and at least `grain`
+ * items, so the last ones are small and the threads finish together even when one starts late.
+ * Runs as one call fn(ctx, 0, n) on the calling thread when it is not worth splitting (under two
+ * grains, one thread, or inside a job). */
+void ah_parallel_for_tapered(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx);
 
 #endif /* AH_H */

@@ -77,5 +77,8 @@ void ah_f16_to_f32_row(const uint16_t *src, float *dst, int64_t n);
 void ah_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n);
 void ah_bf16_to_f32_row(const uint16_t *src, float *dst, int64_t n);
 void ah_f32_to_bf16_row(const float *src, uint16_t *dst, int64_t n);
+/* ah_f32_to_f16_row over `rows` rows of n (src rows lds floats apart, dst rows ldd apart): one
+ * dispatch for a tile's rows. */
+void ah_f32_to_f16_rows(const float *src, int64_t lds, uint16_t *dst, int64_t ldd, int64_t rows, int64_t n);
 
 #endif /* AH_CONVERT_H */

@@ -175,6 +175,19 @@ void ah_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n) {
     f32_to_f16_scalar(src, dst, n);
 }
 
+void ah_f32_to_f16_rows(const float *src, int64_t lds, uint16_t *dst, int64_t ldd, int64_t rows, int64_t n) {
+    void (*row)(const float *, uint16_t *, int64_t) = f32_to_f16_scalar;
+#ifdef AH_X86
+    switch (ah_isa()) {
+    case AH_ISA_AVX512: row = f32_to_f16_avx512; break;
+    case AH_ISA_AVX2: row = f32_to_f16_avx2; break;
+    default: break;
+    }
+#endif
+    for (int64_t i = 0; i < rows; i++)
+        row(src + i * lds, dst + i * ldd, n);
+}
+
 void ah_bf16_to_f32_row(const uint16_t *src, float *dst, int64_t n) {
 #ifdef AH_X86
     switch (ah_isa()) {

@@ -20,10 +20,29 @@ static void copy_segment(void *ctx, int64_t n, char *const *p, const int64_t *s)
     ah_convert_run(n, p[0], c->dst_t, s[0], p[1], c->src_t, s[1]);
 }
 
+/* dst and src contiguous, of one shape: the plan would be one run of every element */
+static bool one_run(const aclTensor *dst, const aclTensor *src) {
+    if (dst->ndim != src->ndim || !ah_tensor_is_contiguous(dst) || !ah_tensor_is_contiguous(src))
+        return false;
+    for (int i = 0; i < dst->ndim; i++)
+        if (dst->dims[i] != src->dims[i])
+            return false;
+    return true;
+}
+
 static aclError copy_run(const aclOpExecutor *ex, void *workspace) {
     const copy_params *cp = AH_EXEC_PARAMS(ex, const copy_params);
-    ah_nd_operand ops[2] = {ah_nd_tensor(&ex->tensors[cp->slot_dst]),
-                            ah_nd_tensor(&ex->tensors[cp->slot_src])};
+    const aclTensor *dst = &ex->tensors[cp->slot_dst], *src = &ex->tensors[cp->slot_src];
+    int64_t numel = ah_tensor_numel(dst);
+    if (numel <= AH_ND_GRAIN && one_run(dst, src)) {
+        /* what ah_nd_run does with that plan below the grain, without building it: the casts
+         * around every quantized product of a decode step are a few thousand elements each */
+        ah_nd_operand d = ah_nd_tensor(dst), s = ah_nd_tensor(src);
+        ah_convert_run(numel, d.data, d.dtype, (int64_t)ah_dtype_size(d.dtype), s.data, s.dtype,
+                       (int64_t)ah_dtype_size(s.dtype));
+        return ACL_SUCCESS;
+    }
+    ah_nd_operand ops[2] = {ah_nd_tensor(dst), ah_nd_tensor(src)};
     ah_nd_plan plan;
     if (!ah_nd_plan_init(&plan, 2, ops))
         return ah_error(ACLNN_ERR_INNER, "%s: source does not broadcast to the destination",

@@ -443,6 +443,11 @@ typedef struct wq_ctx {
     int64_t kp, ngroups, gsize, nt, ntiles;
     int64_t mb, nrb; /* rows per row block, row blocks: a unit of work is (row block, tile) */
     int64_t row0;    /* the current row group's first row (apack's row 0) */
+    /* per-call facts the tiles use: the scales and offsets as F16 runs of whole columns (the
+     * device layout: per tile one conversion each, and prefetches of plain address ranges), and
+     * y's rows F16 and contiguous (one row conversion call per tile) */
+    const uint16_t *scale_run, *offset_run;
+    bool y_f16_rows;
     volatile int failed;
 } wq_ctx;
 
@@ -461,6 +466,11 @@ static float wq_param_at(const wq_ctx *c, const aclTensor *t, int64_t g, int64_t
 
 /* Scales or offsets of columns [j0, j0 + nn) as F32 [nn][ngroups]. */
 static void wq_gather_params(const wq_ctx *c, const aclTensor *t, int64_t j0, int64_t nn, float *dst) {
+    const uint16_t *run = t == c->scale ? c->scale_run : c->offset_run;
+    if (run) {
+        ah_f16_to_f32_row(run + j0 * c->ngroups, dst, nn * c->ngroups);
+        return;
+    }
     if (c->p->mode == SCALE_GROUP) {
         size_t es = ah_dtype_size(t->dtype);
         if (t->strides[0] == 1 && t->strides[1] == c->ngroups) { /* columns back to back: one run */
@@ -477,13 +487,21 @@ static void wq_gather_params(const wq_ctx *c, const aclTensor *t, int64_t j0, in
 }
 
 /* Prefetches the scales or offsets of columns [j0, j0 + nn) when they are one run (hint only). */
-static void wq_prefetch_params(const wq_ctx *c, const aclTensor *t, int64_t j0, int64_t nn) {
-    if (!t || c->p->mode != SCALE_GROUP || t->strides[0] != 1 || t->strides[1] != c->ngroups)
+static void wq_prefetch_params(const wq_ctx *c, const uint16_t *run, int64_t j0, int64_t nn) {
+    if (!run)
         return;
-    int64_t es = (int64_t)ah_dtype_size(t->dtype);
-    const char *base = tensor_base(t) + j0 * c->ngroups * es;
-    for (int64_t off = 0; off < nn * c->ngroups * es; off += 64)
+    const char *base = (const char *)(run + j0 * c->ngroups);
+    for (int64_t off = 0; off < nn * c->ngroups * 2; off += 64)
         __builtin_prefetch(base + off);
+}
+
+/* The F16 run of t's (group, column) values when it is one (SCALE_GROUP, columns back to back),
+ * else NULL. */
+static const uint16_t *wq_param_run(const wq_ctx *c, const aclTensor *t) {
+    if (!t || c->p->mode != SCALE_GROUP || t->dtype != ACL_FLOAT16 || t->strides[0] != 1 ||
+        t->strides[1] != c->ngroups)
+        return NULL;
+    return (const uint16_t *)(const void *)tensor_base(t);
 }
 
 /* int4 element e of the weight at element index idx (two per byte, low nibble first). */
@@ -534,8 +552,8 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
         for (int64_t t1 = unit == begin ? tile + 1 : tile + WQ_PF_TILES;
              t1 <= tile + WQ_PF_TILES && t1 < c->ntiles; t1++) {
             int64_t nn1 = p->n - t1 * nt < nt ? p->n - t1 * nt : nt;
-            wq_prefetch_params(c, c->scale, t1 * nt, nn1);
-            wq_prefetch_params(c, c->offset, t1 * nt, nn1);
+            wq_prefetch_params(c, c->scale_run, t1 * nt, nn1);
+            wq_prefetch_params(c, c->offset_run, t1 * nt, nn1);
         }
         const int8_t *wq;
         int64_t ldw;
@@ -580,15 +598,12 @@ static void wq_tiles(void *vctx, int64_t begin, int64_t end) {
             }
         char *y = tensor_base(c->y);
         int64_t ys0 = c->y->strides[0], ys1 = c->y->strides[1];
-        size_t es = ah_dtype_size(c->y->dtype);
-        for (int64_t i = 0; i < mm; i++) {
-            char *yrow = y + ((i0 + i) * ys0 + j0 * ys1) * (int64_t)es;
-            if (ys1 == 1 && c->y->dtype == ACL_FLOAT16)
-                ah_f32_to_f16_row(ct + i * nt, (uint16_t *)(void *)yrow, nn);
-            else
+        if (c->y_f16_rows)
+            ah_f32_to_f16_rows(ct, nt, (uint16_t *)(void *)y + i0 * ys0 + j0, ys0, mm, nn);
+        else
+            for (int64_t i = 0; i < mm; i++)
                 for (int64_t j = 0; j < nn; j++)
                     store_one(c->y->dtype, y, (i0 + i) * ys0 + (j0 + j) * ys1, ct[i * nt + j]);
-        }
     }
     scratch_done(1);
 }
@@ -641,6 +656,9 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
     c.kp = round_up(p->k, AH_GEMM_KALIGN);
     c.gsize = p->mode == SCALE_GROUP ? p->group : c.kp;
     c.ngroups = p->mode == SCALE_GROUP ? (p->k + p->group - 1) / p->group : 1;
+    c.scale_run = wq_param_run(&c, c.scale);
+    c.offset_run = wq_param_run(&c, c.offset);
+    c.y_f16_rows = c.y->dtype == ACL_FLOAT16 && c.y->strides[1] == 1;
     c.nt = p->m > WQ_MAX_DIRECT_M ? tile_cols(c.kp, p->n) : WQ_DIRECT_COLS;
     c.ntiles = (p->n + c.nt - 1) / c.nt;
     c.mb = p->m > WQ_MAX_DIRECT_M ? panel_rows(c.kp, p->m) : p->m;
@@ -672,7 +690,12 @@ static aclError wq_run(const aclOpExecutor *ex, void *workspace) {
         c.row0 = rb0 * c.mb;
         if (!direct)
             ah_parallel_for(r1 - c.row0, 64, wq_pack_x, &c);
-        ah_parallel_for((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
+        /* several rows (compute-bound): tapered chunks, so the threads finish together; one row
+         * streams the weights, and every chunk start restarts the prefetch: a few even chunks */
+        if (p->m > 1)
+            ah_parallel_for_tapered((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
+        else
+            ah_parallel_for((rb1 - rb0) * c.ntiles, grain, wq_tiles, &c);
         rb0 = rb1;
     }
     scratch_done(0);

@@ -17,6 +17,12 @@
  * A dispatch costs at most one futex wake (only when a worker sleeps and there are chunks for
  * it); a worker that wakes after the job was finished goes back to waiting without touching it.
  *
+ * ah_parallel_for_tapered cuts its job into chunks of decreasing size (guided self-scheduling:
+ * each takes 1/(2 * size) of what is left, at least the grain), whose boundaries the submitter
+ * writes to a table before it posts the job. With even chunks a thread that starts late (the
+ * worker's wake-up, its own packing of shared inputs) makes the others wait for its last chunk;
+ * with tapered ones the last chunks are a grain or two, so the threads finish together.
+ *
  * The job word packs (generation, chunk count, next chunk): claiming a chunk is one CAS on it,
  * so a late worker can never claim a chunk of a newer job by mistake, and the job's fields (fn,
  * ctx, n) stay valid for whoever holds a claimed chunk until the chunk is counted as done.
@@ -35,6 +41,7 @@
 
 #define CHUNKS_PER_THREAD 4
 #define MAX_THREADS 1024 /* chunks: at most MAX_THREADS * CHUNKS_PER_THREAD < 2^16 */
+#define MAX_TAPERED_CHUNKS 4096 /* < 2^16; the last chunk takes what is left */
 #define DEFAULT_POLL_US 50
 #define MAX_POLL_US 100000
 
@@ -56,7 +63,10 @@ static struct {
     ah_parallel_fn fn;    /* the current job; written only while no chunk of it is claimed */
     void *ctx;
     int64_t n;
+    const int64_t *bounds; /* chunk i is [bounds[i], bounds[i + 1]); NULL: even chunks */
 } g_pool;
+
+static int64_t g_tapered_bounds[MAX_TAPERED_CHUNKS + 1]; /* written under g_job_mutex */
 
 static _Thread_local bool tl_in_job;
 
@@ -165,9 +175,14 @@ int ah_n_threads(void)
     return size;
 }
 
-/* Chunk i of n items cut into n_chunks near-equal contiguous pieces. */
+/* Chunk i of n items cut into n_chunks near-equal contiguous pieces, or of the job's tapered
+ * boundaries. */
 static void run_chunk(ah_parallel_fn fn, void *ctx, int64_t n, int64_t n_chunks, int64_t i)
 {
+    if (g_pool.bounds) {
+        fn(ctx, g_pool.bounds[i], g_pool.bounds[i + 1]);
+        return;
+    }
     int64_t base = n / n_chunks, rem = n % n_chunks;
     int64_t begin = i * base + (i < rem ? i : rem);
     int64_t end = begin + base + (i < rem ? 1 : 0);
@@ -233,27 +248,36 @@ static int ensure_workers(int size)
     return g_pool.n_threads;
 }
 
-void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
+/* Cuts [0, n) for ah_parallel_for_tapered: each chunk takes ceil(rest / (2 * size)) items, at
+ * least grain, and a rest under one grain joins the chunk before it. Returns the chunk count. */
+static int64_t taper(int64_t n, int64_t grain, int size, int64_t *bounds)
 {
-    if (n <= 0 || !fn)
-        return;
-    if (grain < 1)
-        grain = 1;
+    int64_t k = 0, begin = 0;
+    bounds[0] = 0;
+    while (begin < n) {
+        int64_t rest = n - begin, take = (rest + 2 * (int64_t)size - 1) / (2 * (int64_t)size);
+        if (take < grain)
+            take = grain;
+        if (rest - take < grain || k == MAX_TAPERED_CHUNKS - 1)
+            take = rest;
+        begin += take;
+        bounds[++k] = begin;
+    }
+    return k;
+}
+
+/* Runs a job of n_chunks > 1 chunks over the pool (even ones, or tapered ones when `tapered`:
+ * taper's for (n, grain), computed here under the job lock). */
+static void run_job(int64_t n, int64_t grain, int64_t n_chunks, bool tapered, ah_parallel_fn fn, void *ctx)
+{
     int size = ah_n_threads();
-    int64_t n_chunks = n / grain;
-    if (n_chunks > (int64_t)size * CHUNKS_PER_THREAD)
-        n_chunks = (int64_t)size * CHUNKS_PER_THREAD;
-    if (n_chunks <= 1) {
-        fn(ctx, 0, n);
-        return;
-    }
-    if (size == 1 || tl_in_job) {
-        for (int64_t i = 0; i < n_chunks; i++)
-            run_chunk(fn, ctx, n, n_chunks, i);
-        return;
-    }
     pthread_mutex_lock(&g_job_mutex);
     int workers = ensure_workers(size);
+    g_pool.bounds = NULL;
+    if (tapered) {
+        n_chunks = taper(n, grain, size, g_tapered_bounds);
+        g_pool.bounds = g_tapered_bounds;
+    }
     g_pool.fn = fn;
     g_pool.ctx = ctx;
     g_pool.n = n;
@@ -283,6 +307,44 @@ void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
             futex_wait(&g_pool.done, done);
     }
     pthread_mutex_unlock(&g_job_mutex);
+}
+
+void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
+{
+    if (n <= 0 || !fn)
+        return;
+    if (grain < 1)
+        grain = 1;
+    int size = ah_n_threads();
+    int64_t n_chunks = n / grain;
+    if (n_chunks > (int64_t)size * CHUNKS_PER_THREAD)
+        n_chunks = (int64_t)size * CHUNKS_PER_THREAD;
+    if (n_chunks <= 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    if (size == 1 || tl_in_job) {
+        for (int64_t i = 0; i < n_chunks; i++) {
+            int64_t base = n / n_chunks, rem = n % n_chunks;
+            int64_t begin = i * base + (i < rem ? i : rem);
+            fn(ctx, begin, begin + base + (i < rem ? 1 : 0));
+        }
+        return;
+    }
+    run_job(n, grain, n_chunks, false, fn, ctx);
+}
+
+void ah_parallel_for_tapered(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
+{
+    if (n <= 0 || !fn)
+        return;
+    if (grain < 1)
+        grain = 1;
+    if (n < 2 * grain || ah_n_threads() == 1 || tl_in_job) {
+        fn(ctx, 0, n);
+        return;
+    }
+    run_job(n, grain, 0, true, fn, ctx);
 }
 
 void ah_pool_shutdown(void)
