@@ -188,6 +188,7 @@ class GGUFFile:
             if self.file_size < 24:
                 raise GGUFError(f"{self.path}: not a GGUF file (only {self.file_size} bytes)")
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        advise_huge_pages(self._mmap)
         self._map = np.frombuffer(self._mmap, dtype=np.uint8)
         try:
             self._parse()
@@ -335,6 +336,17 @@ class GGUFFile:
 
     def __repr__(self):
         return f"GGUFFile({self.path!r}, {self.hparams.arch}, {len(self.tensors)} tensors)"
+
+
+def advise_huge_pages(mapping: mmap.mmap) -> None:
+    """Ask for huge pages over a file's read-only map (advice: ignored where unsupported). Pages
+    the map reads from disk then come in 2 MiB folios and are mapped 2 MiB at a time, so a pass
+    over weights left in the map walks 512 times fewer page-table entries; pages already cached
+    in small folios stay as they are (docs/performance.md, "Huge pages for mapped files")."""
+    try:
+        mapping.madvise(mmap.MADV_HUGEPAGE)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _check_path(path: str) -> None:

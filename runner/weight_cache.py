@@ -23,6 +23,7 @@ import numpy as np
 
 from . import __version__, backend
 from ._cdef import CLM_ABI_VERSION
+from .loader import advise_huge_pages
 
 __all__ = ["WeightCache", "cache_from_env", "parse_size"]
 
@@ -119,6 +120,7 @@ class WeightCache:
                 mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):       # no entry, unreadable, or empty
             return None
+        advise_huge_pages(mapping)
         try:
             magic, fmt, n = _HEADER.unpack_from(mapping, 0)
             offset = _image_offset(n)
