@@ -322,8 +322,7 @@ class Model:
         # reserve the worst case (a full micro-batch over the whole context) so later graphs fit
         n_kv = self.kv.n_kv(np.array([n_cells - 1]))
         with profiler.span("reserve compute", n_tokens=self.n_batch, n_kv=n_kv):
-            fg = build_graph(self._graph_hp, self.weights.tensors, self.kv, self.n_batch, n_kv,
-                             self.n_batch, flash_attn=self.flash_attn, tp=self._tp_graph)
+            fg = self._build_graph(self.n_batch, n_kv, self.n_batch)
             self.sched.reserve_for(fg.graph, fg.inputs, {"logits": fg.logits})
         self._timings["load_ms"] = (time.perf_counter() - t0) * 1e3
         if prof is not None:        # device nodes are timed from here on
@@ -408,6 +407,12 @@ class Model:
         return self.tokenizer.detokenize(list(ids))
 
     # ---- forward -------------------------------------------------------------------------------
+    def _build_graph(self, n_tokens: int, n_kv: int, n_outputs: int, embeddings: bool = False):
+        """This model's forward graph (a ForwardGraph) of one shape."""
+        return build_graph(self._graph_hp, self.weights.tensors, self.kv, n_tokens, n_kv,
+                           n_outputs, flash_attn=self.flash_attn, embeddings=embeddings,
+                           tp=self._tp_graph)
+
     def _get_plan(self, n_tokens: int, n_kv: int, n_outputs: int, each_node: bool = False,
                   embeddings: bool = False, pick: bool = False):
         """The (ForwardGraph, Plan) of this shape and kind; embeddings: the graph that stops at
@@ -420,9 +425,7 @@ class Model:
             entry = None
         if entry is None:
             with profiler.span("plan graph", n_tokens=n_tokens, n_kv=n_kv, n_outputs=n_outputs):
-                fg = build_graph(self._graph_hp, self.weights.tensors, self.kv, n_tokens, n_kv,
-                                 n_outputs, flash_attn=self.flash_attn, embeddings=embeddings,
-                                 tp=self._tp_graph)
+                fg = self._build_graph(n_tokens, n_kv, n_outputs, embeddings)
                 outputs = {"embd": fg.embd} if embeddings else {"logits": fg.logits}
                 if pick:
                     outputs.update(_add_pick(fg, self.hparams.n_vocab))

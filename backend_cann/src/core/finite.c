@@ -20,34 +20,10 @@ static inline bool f32_bad(const uint8_t *p) {
     return (u & 0x7f800000u) == 0x7f800000u;
 }
 
-/* Index of the first bad element in a run of n 2-byte floats whose exponent mask is `mask`, or -1.
- * The OR-reduction over 64 values at a time lets the compiler vectorise the common all-finite case. */
 #ifdef FINITE_X86
-FINITE_AVX512 static int64_t first_bad_16_avx512(const uint8_t *p, int64_t n, uint16_t mask);
-#endif
-
-static int64_t first_bad_16(const uint8_t *p, int64_t n, uint16_t mask) {
-#ifdef FINITE_X86
-    if (clm_host_avx512()) return first_bad_16_avx512(p, n, mask);
-#endif
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        uint16_t v[64];
-        memcpy(v, p + 2 * i, sizeof v);
-        int any = 0;
-        for (int j = 0; j < 64; j++) any |= (v[j] & mask) == mask;
-        if (any) break;
-    }
-    for (; i < n; i++) {
-        uint16_t v = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-        if ((v & mask) == mask) return i;
-    }
-    return -1;
-}
-
-#ifdef FINITE_X86
-/* The same scans 256 bytes at a time on AVX-512 (a run of finite values is the common case, so one
- * mask test per 256 bytes; a hit is located by the scalar loop from that 256-byte step on). The
+/* first_bad_16 and first_bad_f32 (below) on AVX-512, 256 bytes at a time (a run of finite values
+ * is the common case, so one mask test per 256 bytes; a hit is located by the scalar loop from that
+ * 256-byte step on). The
  * portable loops vectorise only to the build's baseline ISA (SSE2): 6.7 GB/s on one core against
  * what the memory gives with 64-byte loads, and the loader scans every F16/BF16/F32 weight
  * (an F16 model of 135M parameters: 256 MiB) before the first token. */
@@ -85,6 +61,27 @@ FINITE_AVX512 static int64_t first_bad_f32_avx512(const uint8_t *p, int64_t n) {
     return -1;
 }
 #endif
+
+/* Index of the first bad element in a run of n 2-byte floats whose exponent mask is `mask`, or -1.
+ * The OR-reduction over 64 values at a time lets the compiler vectorise the common all-finite case. */
+static int64_t first_bad_16(const uint8_t *p, int64_t n, uint16_t mask) {
+#ifdef FINITE_X86
+    if (clm_host_avx512()) return first_bad_16_avx512(p, n, mask);
+#endif
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint16_t v[64];
+        memcpy(v, p + 2 * i, sizeof v);
+        int any = 0;
+        for (int j = 0; j < 64; j++) any |= (v[j] & mask) == mask;
+        if (any) break;
+    }
+    for (; i < n; i++) {
+        uint16_t v = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+        if ((v & mask) == mask) return i;
+    }
+    return -1;
+}
 
 static int64_t first_bad_f32(const uint8_t *p, int64_t n) {
 #ifdef FINITE_X86
