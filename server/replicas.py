@@ -295,17 +295,29 @@ def visible_npus() -> int:
     return len(backend.Registry().devices)
 
 
-def check_port(host: str, port: int) -> int:
-    """The port Serve's proxy will listen on (a free one for 0); a port in use is an error now,
-    before Ray starts."""
+def hold_port(host: str, port: int) -> socket.socket:
+    """Bind the port Serve's proxy will listen on (a free one for 0) and keep it bound until the
+    proxy has bound it too: a port in use is an error now, before Ray starts, and none of the
+    dozen processes ray.init starts can be handed it by bind(0) meanwhile (their metrics servers
+    answer any GET with 200, so a client would take one for the server). The held socket never
+    listens and sets SO_REUSEPORT as the proxy's does, so the proxy's bind shares it; a plain
+    bind first finds a port in use, which SO_REUSEPORT alone would share with its owner."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host, port))
+            probe.bind((host, port))
         except OSError as e:
             raise ReplicasError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-        return s.getsockname()[1]
+        port = probe.getsockname()[1]
+    held = socket.socket(family)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        held.bind((host, port))
+    except OSError as e:
+        held.close()
+        raise ReplicasError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return held
 
 
 HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
@@ -361,8 +373,11 @@ def run(config, *, replicas: int, npus_per_replica: int, host: str, port: int,
         if need > have:
             raise ReplicasError(f"{replicas} replicas x {npus_per_replica} device(s) need "
                                 f"{need} devices, but this host shows {have}")
-        port = check_port(host, port)
+        held = hold_port(host, port)
+        port = held.getsockname()[1]
+        os.environ["SERVE_SOCKET_REUSE_PORT_ENABLED"] = "1"     # the proxy shares the held port
     else:
+        held = None
         check_address(ray_address)
     quiet = LoggingConfig(log_level="WARNING", enable_access_log=False)
     try:
@@ -411,6 +426,8 @@ def run(config, *, replicas: int, npus_per_replica: int, host: str, port: int,
             raise ReplicasError(f"the replicas failed to start: {deploy_failure(serve, e)}") \
                 from None
         deployed = True
+        if held is not None:
+            held.close()            # the proxy listens on the port now
         shown = f"[{host}]" if ":" in host else host
         log(f"cann-llm serve: listening on http://{shown}:{port} · model {config.alias} "
             f"({os.path.basename(config.model_path)}) · {replicas} replicas on Ray Serve, "
@@ -425,6 +442,8 @@ def run(config, *, replicas: int, npus_per_replica: int, host: str, port: int,
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)      # nothing interrupts taking Ray down
+        if held is not None:
+            held.close()
         if ray_address is not None and not deleted:
             try:
                 serve.delete(APP_NAME)      # the cluster stays; our application goes

@@ -41,10 +41,12 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"cann-llm serve exited {self.proc.returncode}: {self.log()}")
             try:
-                status = self.client.get("/health").status_code
-                self.health_seen.append(status)
-                if status == 200:
-                    break
+                health = self.client.get("/health")
+                self.health_seen.append(health.status_code)
+                if health.status_code == 200 and health.headers.get(
+                        "content-type", "").startswith("application/json") and \
+                        health.json().get("status") == "ok":
+                    break   # ours: any other server that took the port fails the start
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:

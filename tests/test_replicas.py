@@ -264,6 +264,33 @@ def test_a_port_that_is_no_ray_cluster_is_refused_at_once(default_model_path):
     assert "does not answer as a Ray cluster's GCS" in r.stderr and r.stderr.count("\n") == 1
 
 
+def test_the_held_port_is_shared_with_the_proxy_alone():
+    """Between the port check and Serve's proxy binding it, ray.init starts a dozen processes
+    whose servers bind port 0 and answer any GET with 200. The held port is refused to a plain
+    bind such as theirs, as bind(0) skips it, and shared with a SO_REUSEPORT listener such as
+    the proxy; a port in use is refused at once."""
+    import socket
+    from cann_llm.server.replicas import ReplicasError, hold_port
+    held = hold_port("127.0.0.1", 0)
+    port = held.getsockname()[1]
+    try:
+        with socket.socket() as plain:
+            plain.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError):
+                plain.bind(("127.0.0.1", port))
+        with socket.socket() as proxy:
+            proxy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            proxy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            proxy.bind(("127.0.0.1", port))
+            proxy.listen()
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                proxy.accept()[0].close()
+            with pytest.raises(ReplicasError, match=f"cannot listen on 127.0.0.1:{port}"):
+                hold_port("127.0.0.1", port)
+    finally:
+        held.close()
+
+
 # ---- the router's bookkeeping -------------------------------------------------------------------
 
 def test_prefix_keys_name_whole_block_prefixes():
