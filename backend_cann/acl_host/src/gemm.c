@@ -252,10 +252,10 @@ static inline __attribute__((always_inline)) T5 void q4m1_block(const ah_gemm_qu
         }
         for (int64_t blk = b0; blk < b1; blk++) {
             if (g1 && pf_step <= 64)
-                __builtin_prefetch(pf + blk * pf_step);
+                AH_GEMM_PREFETCH(pf + blk * pf_step);
             else
                 for (int64_t off = 0; off < pf_step; off += 64)
-                    __builtin_prefetch(pf + blk * pf_step + off);
+                    AH_GEMM_PREFETCH(pf + blk * pf_step + off);
             const __m512 alo = _mm512_loadu_ps(a + blk * 32), ahi = _mm512_loadu_ps(a + blk * 32 + 16);
             for (int c = 0; c < rn; c++) {
                 __m512i nib = _mm512_cvtepu8_epi32(
@@ -319,7 +319,7 @@ static inline __attribute__((always_inline)) T5 void q8m1_block(const ah_gemm_qu
         }
         for (int64_t blk = b0; blk < b1; blk++) {
             for (int64_t off = 0; off < pf_step; off += 64)
-                __builtin_prefetch(pf + blk * pf_step + off);
+                AH_GEMM_PREFETCH(pf + blk * pf_step + off);
             const __m512 alo = _mm512_loadu_ps(a + blk * 32), ahi = _mm512_loadu_ps(a + blk * 32 + 16);
             for (int c = 0; c < rn; c++) {
                 __m512 lo = a5_i8(w + c * ldw + blk * 32), hi = a5_i8(w + c * ldw + blk * 32 + 16);
@@ -427,10 +427,10 @@ static inline __attribute__((always_inline)) T5 void mr_block(const ah_gemm_quan
         tot[x] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < nblk; blk++) {
         if (pf_step <= 64)
-            __builtin_prefetch(pf + blk * pf_step);
+            AH_GEMM_PREFETCH(pf + blk * pf_step);
         else
             for (int64_t off = 0; off < pf_step; off += 64)
-                __builtin_prefetch(pf + blk * pf_step + off);
+                AH_GEMM_PREFETCH(pf + blk * pf_step + off);
         __m512 lo[4], hi[4];
         for (int c = 0; c < rn; c++) {
             if (int8) {
@@ -544,7 +544,7 @@ static inline __attribute__((always_inline)) T5 void f16_block(const ah_gemm_til
     const int64_t pf_step = t->ldb * 2 * rn / (t->kp / 16);
     for (int64_t k = 0; k < t->kp; k += 16) {
         for (int64_t off = 0; off < pf_step; off += 64)
-            __builtin_prefetch(pf + (k / 16) * pf_step + off);
+            AH_GEMM_PREFETCH(pf + (k / 16) * pf_step + off);
         __m512 bv[4];
         for (int c = 0; c < rn; c++)
             bv[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(b + c * t->ldb + k)));
