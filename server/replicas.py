@@ -395,6 +395,8 @@ def run(config, *, replicas: int, npus_per_replica: int, host: str, port: int,
             " (a cluster with token authentication, Ray's default, also needs RAY_AUTH_MODE=token)"
         raise ReplicasError(f"--ray-address {ray_address}: {_first_line(e)}{hint}") from None
     except Exception as e:
+        if held is not None:
+            held.close()
         raise ReplicasError(f"cannot start Ray: {_first_line(e)}" if ray_address is None else
                             f"--ray-address {ray_address}: {_first_line(e)}") from None
     stop = threading.Event()
