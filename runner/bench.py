@@ -155,6 +155,10 @@ def host_time_per_token(model, n_gen=32, seed=1):
       python_ms  the rest: Python (inputs, scheduling, sampling; sampler_ms of it sampling);
       host_ms    everything but wait_ms: the host's cost of a token (on an NPU, the whole cost
                  of a replayed token when the device is faster);
+      host_cpu_ms  the calling thread's CPU time outside the waits: host_ms without the time
+                 the thread was off the CPU. On acl_host the device's threads share the cores,
+                 and the stream thread woken by a launch can take the caller's core while the
+                 graph already runs: the launch's wall time then grows, the token's does not;
       total_ms, and backend_ms = wait + launch + upload (the time inside backend calls)."""
     import random
 
@@ -162,6 +166,7 @@ def host_time_per_token(model, n_gen=32, seed=1):
     from . import sampler as sampler_mod
     keys = ("wait", "launch", "upload", "sampler")
     acc = dict.fromkeys(keys, 0.0)
+    wait_cpu = [0.0]                 # the thread's CPU time inside the waits
     saved = []
 
     def wrap(cls, name, key):
@@ -171,10 +176,13 @@ def host_time_per_token(model, n_gen=32, seed=1):
 
         def timed(*a, **k):
             t0 = time.perf_counter()
+            c0 = time.thread_time() if key == "wait" else 0.0
             try:
                 return fn(*a, **k)
             finally:
                 acc[key] += time.perf_counter() - t0
+                if key == "wait":
+                    wait_cpu[0] += time.thread_time() - c0
         saved.append((cls, name, fn))
         setattr(cls, name, timed)
 
@@ -187,22 +195,24 @@ def host_time_per_token(model, n_gen=32, seed=1):
     rng = random.Random(seed)
     eog = set(getattr(model.tokenizer, "eog_ids", ()) or ())
     greedy = dict(temperature=0.0, logit_bias={t: float("-inf") for t in eog})
-    rows = []                                  # per token: total, then the keys' times (s)
+    rows, cpu_rows = [], []       # per token: total, then the keys' times (s); host CPU (s)
     try:
-        t_last = None
+        t_last = c_last = None
         for _ in model.generate(_random_ids(rng, model.hparams.n_vocab, 1, eog),
                                 max_tokens=n_gen + 1, **greedy):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             if t_last is not None:
                 rows.append((t - t_last, *(acc[k] for k in keys)))
-            t_last = t
+                cpu_rows.append(c - c_last - wait_cpu[0])
+            t_last, c_last = t, c
             for key in keys:
                 acc[key] = 0.0
+            wait_cpu[0] = 0.0
     finally:
         for cls, name, fn in saved:
             setattr(cls, name, fn)
     if not rows:
-        rows = [(0.0,) * (len(keys) + 1)]
+        rows, cpu_rows = [(0.0,) * (len(keys) + 1)], [0.0]
 
     def median(f):
         return 1e3 * statistics.median(f(*r) for r in rows)
@@ -210,7 +220,8 @@ def host_time_per_token(model, n_gen=32, seed=1):
             "launch_ms": median(lambda t, w, l, u, s: l), "upload_ms": median(lambda t, w, l, u, s: u),
             "python_ms": median(lambda t, w, l, u, s: t - w - l - u),
             "host_ms": median(lambda t, w, l, u, s: t - w), "sampler_ms": median(lambda t, w, l, u, s: s),
-            "backend_ms": median(lambda t, w, l, u, s: w + l + u)}
+            "backend_ms": median(lambda t, w, l, u, s: w + l + u),
+            "host_cpu_ms": 1e3 * statistics.median(cpu_rows)}
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------

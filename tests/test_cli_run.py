@@ -298,6 +298,18 @@ def test_bench_small(default_model_path):
     assert "pp16" in r.stdout and "tg4" in r.stdout and "t/s" in r.stdout
 
 
+def test_host_time_per_token_parts_add_up(default_model_path):
+    """bench's decode-token breakdown: the waits are inside the token, and the thread's CPU time
+    outside the waits is at most their wall time (on acl_host the gap is time the woken stream
+    thread held the caller's core)."""
+    import cann_llm
+    from cann_llm.bench import host_time_per_token
+    with cann_llm.load(default_model_path, n_ctx=256, n_threads=2) as m:
+        h = host_time_per_token(m, n_gen=8)
+    assert h["total_ms"] > h["wait_ms"] > 0 and h["host_ms"] > 0
+    assert 0 < h["host_cpu_ms"] <= h["host_ms"] + 0.05, h
+
+
 def test_unknown_flag_of_a_command_is_that_commands_error(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["run", "--bogus", "-p", "hi"])

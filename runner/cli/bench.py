@@ -161,7 +161,8 @@ def cmd_bench(args) -> int:
         print(f"decode token on cann-llm: {host['total_ms']:.2f} ms = waiting for the device "
               f"{host['wait_ms']:.2f} ms + host {host['host_ms']:.2f} ms (launch "
               f"{host['launch_ms']:.2f}, uploads {host['upload_ms']:.2f}, Python "
-              f"{host['python_ms']:.2f}, of which sampling {host['sampler_ms']:.3f})"
+              f"{host['python_ms']:.2f}, of which sampling {host['sampler_ms']:.3f}; the "
+              f"thread's CPU time {host['host_cpu_ms']:.2f})"
               + (f"; llama.cpp outside llama_decode {theirs['host_ms']:.2f} ms"
                  if theirs and theirs.get("host_ms") is not None else ""))
     if batched:
