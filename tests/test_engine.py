@@ -202,6 +202,29 @@ def test_a_second_thread_count_in_one_process_is_a_clear_error(default_model_pat
     assert tasks[3] - tasks[1] == 2              # the pool really has n threads (n - 1 workers)
 
 
+_POLICIES = """
+import os, cann_llm
+from cann_llm.model_store import default_model_path
+m = cann_llm.load(str(default_model_path()), n_ctx=256, n_batch=32, n_threads=3)
+m.logits([1, 2, 3, 4])
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        policy = int(f.read().rsplit(")", 1)[1].split()[38])    # field 41 of stat
+    print(int(tid) == os.getpid(), policy)
+"""
+
+
+def test_the_devices_threads_do_not_preempt_the_caller(default_model_path):
+    """acl_host's stream worker and the pool's workers run SCHED_BATCH (no preemption when they
+    wake, so a launch's wake does not take the caller's core); the caller's thread is untouched."""
+    from conftest import run_python
+    r = run_python(_POLICIES, env={"CANN_LLM_WEIGHT_CACHE": "off"})
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert [p for main, p in rows if main == "True"] == ["0"]      # SCHED_OTHER
+    assert sum(p == "3" for _, p in rows) >= 3                       # 2 pool workers + a stream
+
+
 def test_a_sampler_error_ends_only_its_sequence(smol):
     engine = Engine(smol)
     smol.kv.clear()

@@ -68,6 +68,10 @@ aclError ah_stream_submit(aclrtStream stream, const char *name, ah_task_run_fn r
 /* ---- the process-wide thread pool ------------------------------------------------------------ */
 /* Number of threads kernels may use (CANN_LLM_THREADS, default: the cores). */
 int ah_n_threads(void);
+/* Marks the calling thread as one of the device's (a stream's worker, the pool's): SCHED_BATCH on
+ * Linux, so that when it wakes it does not preempt the thread running on its core (the host's
+ * caller, which a launch has just woken it from). */
+void ah_thread_as_device(void);
 /* Calls fn(ctx, begin, end) over [0, n) split into contiguous chunks of at least `grain` items,
  * spread over the pool; the caller takes part and returns when all chunks are done. Chunk
  * boundaries depend only on n, grain and the pool size (deterministic). Safe to call from several

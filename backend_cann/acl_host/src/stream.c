@@ -182,6 +182,7 @@ static bool wait_completed_locked(struct ah_stream *s, uint32_t generation, uint
 static void *stream_worker(void *arg)
 {
     struct ah_stream *s = arg;
+    ah_thread_as_device();
     pthread_mutex_lock(&s->mutex);
     for (;;) {
         while ((!s->head || s->busy) && !s->stop)

@@ -206,9 +206,22 @@ static void work_on(uint32_t generation)
     }
 }
 
+#if defined(__linux__) && !defined(SCHED_BATCH)
+#define SCHED_BATCH 3 /* <sched.h> names it only under _GNU_SOURCE */
+#endif
+
+void ah_thread_as_device(void)
+{
+#ifdef __linux__
+    const struct sched_param param = {0};
+    (void)sched_setscheduler(0, SCHED_BATCH, &param); /* a hint: a refusal changes nothing else */
+#endif
+}
+
 static void *pool_worker(void *unused)
 {
     (void)unused;
+    ah_thread_as_device();
     tl_in_job = true; /* nested jobs from a worker run inline */
     unsigned seen = atomic_load(&g_pool.wake);
     poll_budget poll = {0, 0, 0, atomic_load(&g_poll_us)};
