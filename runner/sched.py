@@ -79,11 +79,6 @@ def _root(t: be.Tensor) -> be.Tensor:
     return t.storage
 
 
-def _buffer_buft(t: be.Tensor) -> int | None:
-    """The BufferType.id of the buffer a pre-allocated tensor lies in, or None."""
-    return t.buffer_type_id
-
-
 def _raw(root: be.Tensor) -> np.ndarray:
     """A root tensor's bytes (ggml layout, synchronous read)."""
     return root.read_bytes(0, root.nbytes)
@@ -162,9 +157,6 @@ class Scheduler:
         self.buffers: dict[int, be.Buffer] = {}     # slot -> compute buffer
         self.generation = 0                         # bumped when a compute buffer is replaced
         self.weight_cache: dict[int, np.ndarray] = {}  # CPU: bytes of weights read once
-
-    def slot_of_buffer(self, t: be.Tensor) -> int | None:
-        return self.slot_of_buft(_buffer_buft(t))
 
     def slot_of_buft(self, buft: int | None) -> int | None:
         """The slot whose memory a buffer type (BufferType.id; None or 0: not placed) is."""

@@ -175,18 +175,21 @@ int ah_n_threads(void)
     return size;
 }
 
-/* Chunk i of n items cut into n_chunks near-equal contiguous pieces, or of the job's tapered
- * boundaries. */
-static void run_chunk(ah_parallel_fn fn, void *ctx, int64_t n, int64_t n_chunks, int64_t i)
+/* Chunk i of n items cut into n_chunks near-equal contiguous pieces. */
+static void run_even_chunk(ah_parallel_fn fn, void *ctx, int64_t n, int64_t n_chunks, int64_t i)
 {
-    if (g_pool.bounds) {
-        fn(ctx, g_pool.bounds[i], g_pool.bounds[i + 1]);
-        return;
-    }
     int64_t base = n / n_chunks, rem = n % n_chunks;
     int64_t begin = i * base + (i < rem ? i : rem);
-    int64_t end = begin + base + (i < rem ? 1 : 0);
-    fn(ctx, begin, end);
+    fn(ctx, begin, begin + base + (i < rem ? 1 : 0));
+}
+
+/* Chunk i of the pool's job: its tapered boundaries, or an even piece. */
+static void run_chunk(ah_parallel_fn fn, void *ctx, int64_t n, int64_t n_chunks, int64_t i)
+{
+    if (g_pool.bounds)
+        fn(ctx, g_pool.bounds[i], g_pool.bounds[i + 1]);
+    else
+        run_even_chunk(fn, ctx, n, n_chunks, i);
 }
 
 /* Claims and runs chunks of job `generation` until none is left. */
@@ -336,12 +339,9 @@ void ah_parallel_for(int64_t n, int64_t grain, ah_parallel_fn fn, void *ctx)
         fn(ctx, 0, n);
         return;
     }
-    if (size == 1 || tl_in_job) {
-        for (int64_t i = 0; i < n_chunks; i++) {
-            int64_t base = n / n_chunks, rem = n % n_chunks;
-            int64_t begin = i * base + (i < rem ? i : rem);
-            fn(ctx, begin, begin + base + (i < rem ? 1 : 0));
-        }
+    if (size == 1 || tl_in_job) { /* inline: the pool's job (and its bounds) may be another's */
+        for (int64_t i = 0; i < n_chunks; i++)
+            run_even_chunk(fn, ctx, n, n_chunks, i);
         return;
     }
     run_job(n, grain, n_chunks, false, fn, ctx);
