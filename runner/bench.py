@@ -21,7 +21,7 @@ import sys
 import time
 
 __all__ = ["bench_ours", "bench_batched", "host_time_per_token", "first_token_ms", "peak_rss_mib", "bench_llamacpp",
-           "llamacpp_python", "format_rows", "mean_std"]
+           "llamacpp_python", "format_rows", "mean_std", "page_cache_fraction"]
 
 
 def peak_rss_mib() -> float:
@@ -36,6 +36,38 @@ def peak_rss_mib() -> float:
         pass
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def page_cache_fraction(path) -> float | None:
+    """The fraction of `path`'s pages in the page cache now (mincore over a map that is never
+    read), or None where it cannot be told. An open reads the missing pages from disk, so open to
+    first token means little without it: a host may evict idle page cache within a minute
+    (docs/performance.md, "Cold page cache")."""
+    import ctypes
+    import mmap
+    try:
+        size = os.path.getsize(path)
+        if size == 0:
+            return None
+        with open(path, "rb") as f:
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private: addressable
+    except (OSError, ValueError):
+        return None
+    try:
+        n_pages = -(-size // mmap.PAGESIZE)
+        vec = (ctypes.c_ubyte * n_pages)()
+        anchor = ctypes.c_char.from_buffer(mapping)
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+            ok = libc.mincore(ctypes.addressof(anchor), size, vec) == 0
+        finally:
+            del anchor
+        return sum(b & 1 for b in vec) / n_pages if ok else None
+    except (OSError, AttributeError):
+        return None
+    finally:
+        mapping.close()
 
 
 def mean_std(values):
@@ -231,6 +263,7 @@ def _llamacpp_worker(cfg: dict) -> dict:
     import random
 
     import llama_cpp
+    cached = page_cache_fraction(cfg["path"])
     t_open = time.perf_counter()
     kwargs = dict(model_path=cfg["path"], n_ctx=cfg["n_ctx"], n_batch=cfg["n_batch"],
                   n_ubatch=cfg["n_batch"], n_gpu_layers=0, verbose=False, logits_all=False)
@@ -295,7 +328,7 @@ def _llamacpp_worker(cfg: dict) -> dict:
     if n_gen:
         run_tg(4)
     out = {"pp": [], "tg": [], "version": getattr(llama_cpp, "__version__", "?"),
-           "load_ms": load_ms, "first_token_ms": first_ms,
+           "load_ms": load_ms, "first_token_ms": first_ms, "page_cache": cached,
            "use_extra_bufts": (False if extra else None), "n_threads": llm.n_threads if hasattr(
                llm, "n_threads") else cfg.get("threads")}
     for _ in range(cfg["reps"]):

@@ -296,6 +296,38 @@ def test_bench_small(default_model_path):
     r = _cann_llm("bench", "-p", "16", "-n", "4", "-r", "1", "--llamacpp", "off")
     assert r.returncode == 0, r.stderr
     assert "pp16" in r.stdout and "tg4" in r.stdout and "t/s" in r.stdout
+    # the model was just downloaded or read: its GGUF is in the page cache, and the line says so
+    cached = [ln for ln in r.stdout.splitlines() if ln.startswith("in the page cache before")]
+    assert cached and "GGUF " in cached[0] and "%" in cached[0], r.stdout
+
+
+def _on_tmpfs(path) -> bool:
+    best, fstype = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            mount, kind = line.split()[1:3]
+            if str(path).startswith(mount.rstrip("/") + "/") and len(mount) > len(best):
+                best, fstype = mount, kind
+    return fstype in ("tmpfs", "ramfs")
+
+
+def test_page_cache_fraction_sees_pages_leave_and_come_back(tmp_path):
+    from cann_llm.bench import page_cache_fraction
+    path = tmp_path / "pages.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    with open(path, "rb") as f:
+        f.read()
+        assert page_cache_fraction(path) == 1.0
+        if _on_tmpfs(path):
+            pytest.skip("tmpfs keeps its pages: nothing to evict")
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    assert page_cache_fraction(path) < 0.5
+    path.read_bytes()
+    assert page_cache_fraction(path) == 1.0
+    assert page_cache_fraction(tmp_path / "missing.bin") is None
+    (tmp_path / "empty.bin").write_bytes(b"")
+    assert page_cache_fraction(tmp_path / "empty.bin") is None
 
 
 def test_host_time_per_token_parts_add_up(default_model_path):

@@ -66,11 +66,26 @@ def add_bench_arguments(p):
                         "test needs, -p + -n + 16 and at least 1024)")
 
 
+def _page_cache_before_open(path, fraction, use_cache: bool) -> list:
+    """[(file, fraction in the page cache)] for what an open of `path` reads: the GGUF, and the
+    weight cache's entry for it when there is one (use_cache: the open maps files)."""
+    from ..weight_cache import cache_from_env
+    out = [("GGUF", fraction(path))]
+    try:
+        cache = cache_from_env() if use_cache else None
+    except ValueError:
+        cache = None
+    entry = cache.path_for(str(path)) if cache is not None else None
+    if entry is not None and entry.exists():
+        out.append(("weight cache entry", fraction(entry)))
+    return [(what, frac) for what, frac in out if frac is not None]
+
+
 def cmd_bench(args) -> int:
     import time
 
     from ..bench import bench_batched, bench_llamacpp, bench_ours, first_token_ms, format_rows, \
-        host_time_per_token, llamacpp_python, mean_std, peak_rss_mib
+        host_time_per_token, llamacpp_python, mean_std, page_cache_fraction, peak_rss_mib
     for flag, v, lo in (("-p", args.n_prompt, 0), ("-n", args.n_gen, 0),
                         ("-r", args.repetitions, 1), ("--batched", args.batched, 0)):
         if v < lo:
@@ -83,6 +98,8 @@ def cmd_bench(args) -> int:
     label, size, params = _model_facts(path)
     from .. import chat_template, engine, model, tokenizer, weights  # noqa: F401  (before the
     # clock, as the llama.cpp side imports llama_cpp first)
+    cached = _page_cache_before_open(path, page_cache_fraction,
+                                     not getattr(args, "no_mmap", False))
     t_open = time.perf_counter()
     model = load_model(args, path)
     from .. import backend
@@ -142,6 +159,12 @@ def cmd_bench(args) -> int:
         t = theirs["load_ms"] + theirs["first_token_ms"]
         line += (f", llama.cpp {t:.0f} ms (load {theirs['load_ms']:.0f} + first token "
                  f"{theirs['first_token_ms']:.0f}), ratio {(load_ms + first_ms) / t:.2f}x")
+    print(line)
+    line = "in the page cache before the open: cann-llm " + (
+        ", ".join(f"{what} {frac:.0%}" for what, frac in cached) or "unknown")
+    if theirs and "load_ms" in theirs:
+        frac = theirs.get("page_cache")
+        line += f"; llama.cpp GGUF {'unknown' if frac is None else f'{frac:.0%}'}"
     print(line)
     line = f"peak RSS (load, pp, tg): cann-llm {rss:.0f} MiB"
     if theirs and "peak_rss_mib" in theirs:
