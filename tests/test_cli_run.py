@@ -299,6 +299,10 @@ def test_bench_small(default_model_path):
     # the model was just downloaded or read: its GGUF is in the page cache, and the line says so
     cached = [ln for ln in r.stdout.splitlines() if ln.startswith("in the page cache before")]
     assert cached and "GGUF " in cached[0] and "%" in cached[0], r.stdout
+    opens = [ln for ln in r.stdout.splitlines() if ln.startswith("open to first token")]
+    assert [ln.split(":")[0] for ln in opens] == ["open to first token, first open",
+                                                  "open to first token, second open"], r.stdout
+    assert all("weight cache " in ln for ln in opens), opens
 
 
 def _on_tmpfs(path) -> bool:
