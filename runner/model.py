@@ -818,6 +818,8 @@ class Model:
             self.weights.close()
         if getattr(self, "sched", None) is not None:
             self.sched.close()
+        if getattr(self, "gguf", None) is not None:
+            self.gguf.close()   # its map, now, not when a collection finds the model's cycles
 
     def __enter__(self):
         return self

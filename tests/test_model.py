@@ -165,6 +165,36 @@ def test_prompt_longer_than_context(default_path):
             list(m.generate(list(range(10, 40)), max_tokens=10, temperature=0))
 
 
+def _mapped_files():
+    """Counter of the files mapped in this process, one per mapping."""
+    from collections import Counter
+    with open("/proc/self/maps") as f:
+        return Counter(line.split(maxsplit=5)[5].strip() for line in f if len(line.split()) == 6)
+
+
+def test_close_unmaps_the_models_files_at_once(default_path):
+    """close() releases the GGUF's map and the weight cache's image then, not when a garbage
+    collection finds the model's reference cycles: a server that swaps models would otherwise
+    keep the old one's file pages in its resident set. (Other tests' models may map the same
+    files: the mappings are counted.)"""
+    import gc
+    import os
+    real = os.path.realpath(default_path)
+    gc.disable()        # what a collection would free does not count
+    try:
+        before = _mapped_files()
+        m = cann_llm.load(default_path, n_ctx=64)
+        list(m.generate([1, 2, 3], max_tokens=2))
+        assert _mapped_files()[real] > before[real]
+        m.close()
+        after = _mapped_files()
+        grown = {p: n - before[p] for p, n in after.items()
+                 if n > before[p] and (p == real or p.endswith(".clmw"))}
+        assert not grown, grown
+    finally:
+        gc.enable()
+
+
 def test_n_ctx_beyond_training(default_path):
     with pytest.raises(ValueError, match="training context"):
         cann_llm.load(default_path, n_ctx=10 ** 6)
