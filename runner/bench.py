@@ -42,7 +42,7 @@ def page_cache_fraction(path) -> float | None:
     """The fraction of `path`'s pages in the page cache now (mincore over a map that is never
     read), or None where it cannot be told. An open reads the missing pages from disk, so open to
     first token means little without it: a host may evict idle page cache within a minute
-    (docs/performance.md, "Cold page cache")."""
+    (docs/performance.md, "Cold opens")."""
     import ctypes
     import mmap
     try:
