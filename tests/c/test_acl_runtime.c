@@ -409,7 +409,8 @@ static void test_memset_zero_discards(void)
 }
 
 /* HUGE_FIRST asks for huge pages: a large block is advised for transparent huge pages, unless
- * CANN_LLM_HOST_HUGEPAGES=0; NORMAL_ONLY never is. Observable when THP is in madvise mode. */
+ * CANN_LLM_HOST_HUGEPAGES=0, or once it is cleared to zero; NORMAL_ONLY never is. Observable when
+ * THP is in madvise mode. */
 static void test_huge_page_advice(void)
 {
     char mode[128] = "";
@@ -429,6 +430,9 @@ static void test_huge_page_advice(void)
         if (madvise_mode) {
             CHECK(thp_eligible(huge) == on);
             CHECK(thp_eligible(normal) == 0);
+            /* a block cleared to zero is filled as it is written: small pages from then on */
+            CHECK(aclrtMemset(huge, 8 * MiB, 0, 8 * MiB) == ACL_SUCCESS);
+            CHECK(thp_eligible(huge) == 0);
         } else {
             fprintf(stderr, "  THP mode '%s': advice not observable here\n", mode);
         }

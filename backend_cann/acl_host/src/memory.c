@@ -186,7 +186,12 @@ static const char *block_name(const block *b)
 
 /* Zeroing by discarding pages: MADV_DONTNEED on private anonymous memory makes the pages read
  * as zero (the kernel maps its zero page, or a fresh zeroed page on the next write); the edges
- * that are not whole pages are written. VMM mappings and aligned_alloc blocks are memset. */
+ * that are not whole pages are written. VMM mappings and aligned_alloc blocks are memset.
+ * The discarded range then takes small pages (MADV_NOHUGEPAGE): a block cleared to zero is
+ * filled as it is written, a KV cache one position per token, and with huge pages the first
+ * write into each 2 MiB zeroed and committed all of it. On a VM whose host takes back freed
+ * memory that cost 5-16 ms per SET_ROWS on the first token (22-82 ms against 21-27; decode at a
+ * depth of 3,500 tokens the same within 2-3%: docs/acl_host.md, Memory model). */
 #define AH_DISCARD_MIN ((size_t)256 << 10)
 
 void ah_mem_set(void *p, int value, size_t count)
@@ -202,6 +207,10 @@ void ah_mem_set(void *p, int value, size_t count)
             const block *b = &g_blocks[i];
             discard = b->mapped && !b->vmm_res && !b->freed && e <= b->base + b->span &&
                       madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0;
+#ifdef MADV_NOHUGEPAGE
+            if (discard) /* see above: filled as it is written, in small pages */
+                madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);
+#endif
         }
         pthread_rwlock_unlock(&g_mem_lock);
     }
