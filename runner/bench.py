@@ -313,6 +313,8 @@ def _llamacpp_worker(cfg: dict) -> dict:
     if hasattr(llm, "close"):
         llm.close()
     del llm
+    import gc
+    gc.collect()        # the first model's memory, before the second open (and its peak RSS)
     llm, load_ms = timed_open()         # the second open, as cann-llm's
     opens.append((load_ms, first_token_ms()))
 
