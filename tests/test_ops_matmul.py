@@ -1,10 +1,16 @@
 """MUL_MAT and GET_ROWS on CANN0 against numpy: float weights (aclnnMm / aclnnMatmul), quantized
 weights in the device layouts (aclnnWeightQuantBatchMatmulV2), ggml batch broadcasting, permuted
 and transposed activations, N past 65535; row gathers from float and quantized tables with only
-the gathered rows dequantized. Quantized references come from gguf.quants.
+the gathered rows dequantized. Quantized references come from gguf.quants. And
+scripts/bench_gemm_kernel.py builds its harness against the decode kernels and reports each type.
 
 Shapes given to new_tensor are ggml order (ne[0] fastest); numpy arrays are the reverse.
 """
+
+import platform
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -210,3 +216,21 @@ def test_get_rows_declines(clm, device):
             table = ctx.new_tensor(T[ttype], (256, 8), name="t")
             assert not device.supports_op(ctx.get_rows(table, rows))
         assert device.supports_op(ctx.get_rows(ctx.new_tensor(T.Q8_0, (64, 8), name="q"), rows))
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the kernel bench counts x86 TSC cycles")
+def test_kernel_bench_builds_and_reports_each_weight_type():
+    """The harness compiles against gemm.c's interface as it is, and measures every decode kernel
+    (rates only printed, never compared: speed is not asserted)."""
+    from conftest import REPO_ROOT
+    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "bench_gemm_kernel.py"),
+                          "--k", "64", "--n", "64", "--rows", "1,3", "--stream-mb", "1", "--quick"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    peak = re.search(r"F32 FMA peak \((avx512|avx2)\): ([0-9.]+), ([0-9.]+)", out.stdout)
+    assert peak and float(peak[2]) > 0 and float(peak[3]) > 0, out.stdout
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| ([0-9.]+) \| \d+% \| ([0-9.]+) \| \d+% \| ([0-9.]+) \|$",
+                      out.stdout, re.M)
+    types = ["Q4_1", "Q4_0", "Q8_0"] + (["F16"] if peak[1] == "avx512" else [])
+    assert [(r, t) for r, t, *_ in rows] == [(r, t) for r in ("1", "3") for t in types], out.stdout
+    assert all(float(v) > 0 for *_, hot, streamed, gbs in rows for v in (hot, streamed, gbs))

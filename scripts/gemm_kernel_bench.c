@@ -1,0 +1,200 @@
+/* gemm_kernel_bench.c - acl_host's decode product kernels (backend_cann/acl_host/src/gemm.c) on
+ * one thread, against this CPU's F32 multiply-add peak, both in time-stamp-counter cycles.
+ * scripts/bench_gemm_kernel.py builds it with gemm.c and f16.c and runs it; see there.
+ *
+ *     gemm_kernel_bench K N ROWS STREAM_MB [BATCH_MS]
+ *
+ * Prints the ISA, the F32 FMA peak (a loop of independent 16-lane, or 8-lane below AVX-512,
+ * fused multiply-adds) and the TSC rate, then a line per weight type: its kernel with the weights
+ * in cache ("hot": one copy, reused) and streamed (copies cycled through STREAM_MB megabytes), as
+ * multiply-adds per TSC cycle. The TSC ticks at a fixed rate while the core clock moves with turbo and the ISA licence,
+ * so only the ratio to the peak measured here, in the same run, says how close a kernel is. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ah_convert.h"
+#include "ah_gemm.h"
+
+#if defined(__x86_64__)
+#include <time.h>
+#include <x86intrin.h>
+static uint64_t ticks(void) { return __rdtsc(); }
+
+/* TSC ticks per nanosecond, over ~50 ms of the monotonic clock. */
+static double tsc_ghz(void) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    uint64_t t0 = ticks();
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec) < 5e7);
+    return (double)(ticks() - t0) / ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec));
+}
+
+/* Independent accumulators, so the loop is bound by the FMA ports, not their latency. */
+__attribute__((target("avx512f"))) static double fma_peak_avx512(long iters) {
+    uint64_t t0 = ticks();
+    __asm__ volatile("vxorps %%zmm0,%%zmm0,%%zmm0\n vxorps %%zmm1,%%zmm1,%%zmm1\n vxorps %%zmm2,%%zmm2,%%zmm2\n"
+                     "vxorps %%zmm3,%%zmm3,%%zmm3\n vxorps %%zmm4,%%zmm4,%%zmm4\n vxorps %%zmm5,%%zmm5,%%zmm5\n"
+                     "vxorps %%zmm6,%%zmm6,%%zmm6\n vxorps %%zmm7,%%zmm7,%%zmm7\n vxorps %%zmm8,%%zmm8,%%zmm8\n"
+                     "vxorps %%zmm9,%%zmm9,%%zmm9\n vxorps %%zmm10,%%zmm10,%%zmm10\n vxorps %%zmm11,%%zmm11,%%zmm11\n"
+                     "1:\n"
+                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm1\n"
+                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm2\n vfmadd231ps %%zmm14,%%zmm15,%%zmm3\n"
+                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm4\n vfmadd231ps %%zmm14,%%zmm15,%%zmm5\n"
+                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm6\n vfmadd231ps %%zmm14,%%zmm15,%%zmm7\n"
+                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm8\n vfmadd231ps %%zmm14,%%zmm15,%%zmm9\n"
+                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm10\n vfmadd231ps %%zmm14,%%zmm15,%%zmm11\n"
+                     "dec %0\n jnz 1b\n"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+                       "xmm11", "cc");
+    return (double)(ticks() - t0);
+}
+
+__attribute__((target("avx2,fma"))) static double fma_peak_avx2(long iters) {
+    uint64_t t0 = ticks();
+    __asm__ volatile("vxorps %%ymm0,%%ymm0,%%ymm0\n vxorps %%ymm1,%%ymm1,%%ymm1\n vxorps %%ymm2,%%ymm2,%%ymm2\n"
+                     "vxorps %%ymm3,%%ymm3,%%ymm3\n vxorps %%ymm4,%%ymm4,%%ymm4\n vxorps %%ymm5,%%ymm5,%%ymm5\n"
+                     "vxorps %%ymm6,%%ymm6,%%ymm6\n vxorps %%ymm7,%%ymm7,%%ymm7\n vxorps %%ymm8,%%ymm8,%%ymm8\n"
+                     "vxorps %%ymm9,%%ymm9,%%ymm9\n vxorps %%ymm10,%%ymm10,%%ymm10\n vxorps %%ymm11,%%ymm11,%%ymm11\n"
+                     "1:\n"
+                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm0\n vfmadd231ps %%ymm14,%%ymm15,%%ymm1\n"
+                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm2\n vfmadd231ps %%ymm14,%%ymm15,%%ymm3\n"
+                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm4\n vfmadd231ps %%ymm14,%%ymm15,%%ymm5\n"
+                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm6\n vfmadd231ps %%ymm14,%%ymm15,%%ymm7\n"
+                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm8\n vfmadd231ps %%ymm14,%%ymm15,%%ymm9\n"
+                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm10\n vfmadd231ps %%ymm14,%%ymm15,%%ymm11\n"
+                     "dec %0\n jnz 1b\n"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+                       "xmm11", "cc");
+    return (double)(ticks() - t0);
+}
+#endif
+
+typedef enum { W_Q4_1, W_Q4_0, W_Q8_0, W_F16 } weight_kind;
+static const char *const kind_names[] = {"Q4_1", "Q4_0", "Q8_0", "F16"};
+
+/* One product of `rows` rows, its weights at copy c of n_copies; the parameters (scales, offsets)
+ * are shared by the copies (a tile's worth, as wq_tiles converts them). */
+typedef struct bench_case {
+    weight_kind kind;
+    int64_t k, n, rows;
+    float *a, *c, *scales, *offsets;
+    char *weights;
+    size_t copy_bytes;
+    int n_copies;
+} bench_case;
+
+static void run_once(const bench_case *b, int copy) {
+    const char *w = b->weights + (size_t)copy * b->copy_bytes;
+    if (b->kind == W_F16) {
+        ah_gemm_tile t = {.m = b->rows, .n = b->n, .kp = b->k, .a = b->a, .lda = b->k, .b16 = (const uint16_t *)w,
+                          .ldb = b->k, .c = b->c, .ldc = b->n};
+        ah_gemm_run_f16(&t);
+        return;
+    }
+    bool int4 = b->kind != W_Q8_0;
+    ah_gemm_quant q = {.m = b->rows, .n = b->n, .kp = b->k, .group = 32, .a = b->a, .lda = b->k,
+                       .w = (const int8_t *)w, .ldw = int4 ? b->k / 2 : b->k, .int4 = int4, .scales = b->scales,
+                       .offsets = b->kind == W_Q4_1 ? b->offsets : NULL, .lds = b->k / 32, .c = b->c, .ldc = b->n};
+    ah_gemm_run_quant(&q);
+}
+
+/* Multiply-adds per TSC cycle: the median of 5 batches of at least batch_ticks each. */
+static double measure(const bench_case *b, uint64_t batch_ticks) {
+    double macs = (double)b->rows * (double)b->n * (double)b->k, best[5];
+    int calls = 1;
+    for (;;) { /* calibrate */
+        uint64_t t0 = ticks();
+        for (int i = 0; i < calls; i++)
+            run_once(b, i % b->n_copies);
+        if (ticks() - t0 > batch_ticks || calls > (1 << 20))
+            break;
+        calls *= 2;
+    }
+    for (int r = 0; r < 5; r++) {
+        uint64_t t0 = ticks();
+        for (int i = 0; i < calls; i++)
+            run_once(b, i % b->n_copies);
+        best[r] = macs * calls / (double)(ticks() - t0);
+    }
+    for (int i = 0; i < 5; i++) /* sort, take the median */
+        for (int j = i + 1; j < 5; j++)
+            if (best[j] < best[i]) {
+                double x = best[i];
+                best[i] = best[j];
+                best[j] = x;
+            }
+    return best[2];
+}
+
+int main(int argc, char **argv) {
+#if !defined(__x86_64__)
+    (void)argc, (void)argv;
+    fprintf(stderr, "gemm_kernel_bench: x86-64 only (it counts TSC cycles)\n");
+    return 2;
+#else
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: gemm_kernel_bench K N ROWS STREAM_MB [BATCH_MS]\n");
+        return 2;
+    }
+    int64_t k = atoll(argv[1]), n = atoll(argv[2]), rows = atoll(argv[3]);
+    double stream_mb = atof(argv[4]), batch_ms = argc == 6 ? atof(argv[5]) : 20.0;
+    if (k <= 0 || k % 32 != 0 || n <= 0 || rows <= 0 || rows > 16 || stream_mb <= 0 || batch_ms <= 0) {
+        fprintf(stderr, "gemm_kernel_bench: K a positive multiple of 32, N > 0, ROWS in 1..16, STREAM_MB > 0, "
+                        "BATCH_MS > 0\n");
+        return 2;
+    }
+    ah_isa_level isa = ah_isa();
+    const char *isa_name = isa == AH_ISA_AVX512 ? "avx512" : isa == AH_ISA_AVX2 ? "avx2" : "scalar";
+    if (isa == AH_ISA_SCALAR) {
+        fprintf(stderr, "gemm_kernel_bench: this CPU has no AVX2 + FMA: nothing to compare\n");
+        return 2;
+    }
+    double ghz = tsc_ghz();
+    uint64_t batch_ticks = (uint64_t)(batch_ms * 1e6 * ghz);
+    long iters = (long)(batch_ticks / 4) + 1; /* ~3 FMA per tick: about a batch */
+    double peak_ticks = isa == AH_ISA_AVX512 ? fma_peak_avx512(iters) : fma_peak_avx2(iters);
+    peak_ticks = isa == AH_ISA_AVX512 ? fma_peak_avx512(iters) : fma_peak_avx2(iters); /* warmed up */
+    int lanes = isa == AH_ISA_AVX512 ? 16 : 8;
+    double peak = 12.0 * (double)iters * lanes / peak_ticks;
+    printf("isa %s\npeak %.2f\ntsc_ghz %.3f\n", isa_name, peak, ghz);
+
+    float *a = aligned_alloc(64, sizeof(float) * (size_t)(rows * k));
+    float *c = aligned_alloc(64, sizeof(float) * (size_t)(rows * n));
+    float *scales = aligned_alloc(64, sizeof(float) * (size_t)(n * k / 32));
+    float *offsets = aligned_alloc(64, sizeof(float) * (size_t)(n * k / 32));
+    if (!a || !c || !scales || !offsets)
+        return 3;
+    for (int64_t i = 0; i < rows * k; i++) /* F16-exact activations, as the ops pack them */
+        a[i] = (float)((i * 7919) % 2001 - 1000) / 1024.0f;
+    for (int64_t i = 0; i < n * k / 32; i++)
+        scales[i] = 0.0078125f, offsets[i] = -8.0f;
+    for (weight_kind kind = W_Q4_1; kind <= W_F16; kind++) {
+        if (kind == W_F16 && isa != AH_ISA_AVX512)
+            continue; /* below AVX-512 F16 weights take the panel path (ah_gemm_run_f16 declines) */
+        size_t copy_bytes = kind == W_F16 ? (size_t)(n * k) * 2 : kind == W_Q8_0 ? (size_t)(n * k) : (size_t)(n * k) / 2;
+        copy_bytes = (copy_bytes + 63) / 64 * 64;
+        int n_copies = (int)(stream_mb * 1e6 / (double)copy_bytes) + 1;
+        char *weights = aligned_alloc(64, copy_bytes * (size_t)n_copies);
+        if (!weights)
+            return 3;
+        for (size_t i = 0; i < copy_bytes * (size_t)n_copies; i++) /* F16 weights: finite halves */
+            weights[i] = (char)(kind == W_F16 && i % 2 ? 0x3c : (int)(i * 31 % 251));
+        bench_case b = {kind, k, n, rows, a, c, scales, offsets, weights, copy_bytes, 1};
+        double hot = measure(&b, batch_ticks);
+        b.n_copies = n_copies;
+        double streamed = measure(&b, batch_ticks);
+        printf("%s hot %.2f streamed %.2f\n", kind_names[kind], hot, streamed);
+        free(weights);
+    }
+    free(a), free(c), free(scales), free(offsets);
+    return 0;
+#endif
+}
