@@ -33,46 +33,26 @@ static double tsc_ghz(void) {
     return (double)(ticks() - t0) / ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec));
 }
 
-/* Independent accumulators, so the loop is bound by the FMA ports, not their latency. */
+/* Twelve independent accumulators R0..R11 (R: zmm or ymm), so the loop is bound by the FMA ports,
+ * not by their latency; 12 FMAs per iteration. */
+#define ZERO3(R, a, b, c) "vxorps %%" R #a ",%%" R #a ",%%" R #a "\n vxorps %%" R #b ",%%" R #b ",%%" R #b "\n" \
+                          "vxorps %%" R #c ",%%" R #c ",%%" R #c "\n"
+#define FMA3(R, a, b, c) "vfmadd231ps %%" R "14,%%" R "15,%%" R #a "\n vfmadd231ps %%" R "14,%%" R "15,%%" R #b "\n" \
+                         "vfmadd231ps %%" R "14,%%" R "15,%%" R #c "\n"
+#define FMA_LOOP(R)                                                                                                  \
+    ZERO3(R, 0, 1, 2) ZERO3(R, 3, 4, 5) ZERO3(R, 6, 7, 8) ZERO3(R, 9, 10, 11)                                        \
+    "1:\n" FMA3(R, 0, 1, 2) FMA3(R, 3, 4, 5) FMA3(R, 6, 7, 8) FMA3(R, 9, 10, 11) "dec %0\n jnz 1b\n"
+#define FMA_CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "cc"
+
 __attribute__((target("avx512f"))) static double fma_peak_avx512(long iters) {
     uint64_t t0 = ticks();
-    __asm__ volatile("vxorps %%zmm0,%%zmm0,%%zmm0\n vxorps %%zmm1,%%zmm1,%%zmm1\n vxorps %%zmm2,%%zmm2,%%zmm2\n"
-                     "vxorps %%zmm3,%%zmm3,%%zmm3\n vxorps %%zmm4,%%zmm4,%%zmm4\n vxorps %%zmm5,%%zmm5,%%zmm5\n"
-                     "vxorps %%zmm6,%%zmm6,%%zmm6\n vxorps %%zmm7,%%zmm7,%%zmm7\n vxorps %%zmm8,%%zmm8,%%zmm8\n"
-                     "vxorps %%zmm9,%%zmm9,%%zmm9\n vxorps %%zmm10,%%zmm10,%%zmm10\n vxorps %%zmm11,%%zmm11,%%zmm11\n"
-                     "1:\n"
-                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm1\n"
-                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm2\n vfmadd231ps %%zmm14,%%zmm15,%%zmm3\n"
-                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm4\n vfmadd231ps %%zmm14,%%zmm15,%%zmm5\n"
-                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm6\n vfmadd231ps %%zmm14,%%zmm15,%%zmm7\n"
-                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm8\n vfmadd231ps %%zmm14,%%zmm15,%%zmm9\n"
-                     "vfmadd231ps %%zmm14,%%zmm15,%%zmm10\n vfmadd231ps %%zmm14,%%zmm15,%%zmm11\n"
-                     "dec %0\n jnz 1b\n"
-                     : "+r"(iters)
-                     :
-                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-                       "xmm11", "cc");
+    __asm__ volatile(FMA_LOOP("zmm") : "+r"(iters) : : FMA_CLOBBERS);
     return (double)(ticks() - t0);
 }
 
 __attribute__((target("avx2,fma"))) static double fma_peak_avx2(long iters) {
     uint64_t t0 = ticks();
-    __asm__ volatile("vxorps %%ymm0,%%ymm0,%%ymm0\n vxorps %%ymm1,%%ymm1,%%ymm1\n vxorps %%ymm2,%%ymm2,%%ymm2\n"
-                     "vxorps %%ymm3,%%ymm3,%%ymm3\n vxorps %%ymm4,%%ymm4,%%ymm4\n vxorps %%ymm5,%%ymm5,%%ymm5\n"
-                     "vxorps %%ymm6,%%ymm6,%%ymm6\n vxorps %%ymm7,%%ymm7,%%ymm7\n vxorps %%ymm8,%%ymm8,%%ymm8\n"
-                     "vxorps %%ymm9,%%ymm9,%%ymm9\n vxorps %%ymm10,%%ymm10,%%ymm10\n vxorps %%ymm11,%%ymm11,%%ymm11\n"
-                     "1:\n"
-                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm0\n vfmadd231ps %%ymm14,%%ymm15,%%ymm1\n"
-                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm2\n vfmadd231ps %%ymm14,%%ymm15,%%ymm3\n"
-                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm4\n vfmadd231ps %%ymm14,%%ymm15,%%ymm5\n"
-                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm6\n vfmadd231ps %%ymm14,%%ymm15,%%ymm7\n"
-                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm8\n vfmadd231ps %%ymm14,%%ymm15,%%ymm9\n"
-                     "vfmadd231ps %%ymm14,%%ymm15,%%ymm10\n vfmadd231ps %%ymm14,%%ymm15,%%ymm11\n"
-                     "dec %0\n jnz 1b\n"
-                     : "+r"(iters)
-                     :
-                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-                       "xmm11", "cc");
+    __asm__ volatile(FMA_LOOP("ymm") : "+r"(iters) : : FMA_CLOBBERS);
     return (double)(ticks() - t0);
 }
 #endif
