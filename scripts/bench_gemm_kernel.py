@@ -6,11 +6,11 @@
 Builds scripts/gemm_kernel_bench.c with backend_cann/acl_host/src/gemm.c and f16.c (the compiler
 in $CC, default cc, at -O3 as the Release build compiles them) and runs it once per row count. For
 each weight type (Q4_1: INT4 + offsets, Q4_0: INT4, Q8_0: INT8, F16) it prints multiply-adds per
-time-stamp-counter cycle with the weights in cache ("hot") and streamed from memory, what share of
-the FMA peak that is, and the streamed weights' GB/s (what bounds one-row decode): the peak is measured in the same run by a loop of independent
-fused multiply-adds, so turbo and the AVX-512 clock licence count on both sides. (A kernel that
-also dequantizes cannot reach 100%: the 8-row INT4 kernel spends 6 vector instructions of its 22
-per 32-weight block on it, so its ceiling is ~73%.)
+time-stamp-counter cycle with the weights in cache ("hot") and streamed from memory, the share of
+the FMA peak that is, and the streamed weights' GB/s (what bounds one-row decode). The peak is
+measured in the same run by a loop of independent fused multiply-adds, so turbo and the AVX-512
+clock licence count on both sides. A kernel that also dequantizes cannot reach 100%: the 8-row
+Q4_1 kernel spends 6 of its 22 vector instructions per 32-weight block on it, a ceiling of ~73%.
 
 --stream-mb: megabytes the streamed copies of the weights span (default: twice the last-level
 cache, at least 256). --quick: 2 ms batches instead of 20 (a smoke check; rough numbers).
@@ -82,7 +82,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.k <= 0 or args.k % 32 or args.n <= 0:
         ap.error("--k must be a positive multiple of 32 and --n positive")
-    rows = [int(r) for r in args.rows.split(",")]
+    try:
+        rows = [int(r) for r in args.rows.split(",")]
+    except ValueError:
+        ap.error(f"--rows: a comma list of integers, not {args.rows!r}")
     if any(r < 1 or r > 16 for r in rows):
         ap.error("--rows: counts in 1..16 (more rows take the prefill panel kernel)")
     stream_mb = args.stream_mb or max(256.0, 2 * last_level_cache_mb())

@@ -7,12 +7,12 @@
  * Prints the ISA, the F32 FMA peak (a loop of independent 16-lane, or 8-lane below AVX-512,
  * fused multiply-adds) and the TSC rate, then a line per weight type: its kernel with the weights
  * in cache ("hot": one copy, reused) and streamed (copies cycled through STREAM_MB megabytes), as
- * multiply-adds per TSC cycle. The TSC ticks at a fixed rate while the core clock moves with turbo and the ISA licence,
- * so only the ratio to the peak measured here, in the same run, says how close a kernel is. */
+ * multiply-adds per TSC cycle. The TSC ticks at a fixed rate while the core clock moves with
+ * turbo and the ISA licence, so only the ratio to the peak measured here, in the same run, says
+ * how close a kernel is. BATCH_MS (default 20): the length of each timed batch. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "ah_convert.h"
 #include "ah_gemm.h"
@@ -42,7 +42,8 @@ static double tsc_ghz(void) {
 #define FMA_LOOP(R)                                                                                                  \
     ZERO3(R, 0, 1, 2) ZERO3(R, 3, 4, 5) ZERO3(R, 6, 7, 8) ZERO3(R, 9, 10, 11)                                        \
     "1:\n" FMA3(R, 0, 1, 2) FMA3(R, 3, 4, 5) FMA3(R, 6, 7, 8) FMA3(R, 9, 10, 11) "dec %0\n jnz 1b\n"
-#define FMA_CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "cc"
+#define FMA_CLOBBERS                                                                                       \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "cc"
 
 __attribute__((target("avx512f"))) static double fma_peak_avx512(long iters) {
     uint64_t t0 = ticks();
@@ -56,6 +57,9 @@ __attribute__((target("avx2,fma"))) static double fma_peak_avx2(long iters) {
     return (double)(ticks() - t0);
 }
 #endif
+
+/* aligned_alloc wants a size that is a multiple of the alignment */
+static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
 typedef enum { W_Q4_1, W_Q4_0, W_Q8_0, W_F16 } weight_kind;
 static const char *const kind_names[] = {"Q4_1", "Q4_0", "Q8_0", "F16"};
@@ -146,10 +150,9 @@ int main(int argc, char **argv) {
     double peak = 12.0 * (double)iters * lanes / peak_ticks;
     printf("isa %s\npeak %.2f\ntsc_ghz %.3f\n", isa_name, peak, ghz);
 
-    float *a = aligned_alloc(64, sizeof(float) * (size_t)(rows * k));
-    float *c = aligned_alloc(64, sizeof(float) * (size_t)(rows * n));
-    float *scales = aligned_alloc(64, sizeof(float) * (size_t)(n * k / 32));
-    float *offsets = aligned_alloc(64, sizeof(float) * (size_t)(n * k / 32));
+    float *a = alloc64(sizeof(float) * (size_t)(rows * k)), *c = alloc64(sizeof(float) * (size_t)(rows * n));
+    float *scales = alloc64(sizeof(float) * (size_t)(n * k / 32));
+    float *offsets = alloc64(sizeof(float) * (size_t)(n * k / 32));
     if (!a || !c || !scales || !offsets)
         return 3;
     for (int64_t i = 0; i < rows * k; i++) /* F16-exact activations, as the ops pack them */
@@ -159,10 +162,11 @@ int main(int argc, char **argv) {
     for (weight_kind kind = W_Q4_1; kind <= W_F16; kind++) {
         if (kind == W_F16 && isa != AH_ISA_AVX512)
             continue; /* below AVX-512 F16 weights take the panel path (ah_gemm_run_f16 declines) */
-        size_t copy_bytes = kind == W_F16 ? (size_t)(n * k) * 2 : kind == W_Q8_0 ? (size_t)(n * k) : (size_t)(n * k) / 2;
+        size_t weights_per_copy = (size_t)(n * k);
+        size_t copy_bytes = kind == W_F16 ? weights_per_copy * 2 : kind == W_Q8_0 ? weights_per_copy : weights_per_copy / 2;
         copy_bytes = (copy_bytes + 63) / 64 * 64;
         int n_copies = (int)(stream_mb * 1e6 / (double)copy_bytes) + 1;
-        char *weights = aligned_alloc(64, copy_bytes * (size_t)n_copies);
+        char *weights = alloc64(copy_bytes * (size_t)n_copies);
         if (!weights)
             return 3;
         for (size_t i = 0; i < copy_bytes * (size_t)n_copies; i++) /* F16 weights: finite halves */
