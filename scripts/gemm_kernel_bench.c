@@ -64,19 +64,21 @@ static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 
 typedef enum { W_Q4_1, W_Q4_0, W_Q8_0, W_F16 } weight_kind;
 static const char *const kind_names[] = {"Q4_1", "Q4_0", "Q8_0", "F16"};
 
-/* One product of `rows` rows, its weights at copy c of n_copies; the parameters (scales, offsets)
- * are shared by the copies (a tile's worth, as wq_tiles converts them). */
+/* One product of `rows` rows, each call on the next of n_copies copies of the weights (in turn,
+ * across batches: all of them are read before any is read again); the parameters (scales,
+ * offsets) are shared by the copies (a tile's worth, as wq_tiles converts them). */
 typedef struct bench_case {
     weight_kind kind;
     int64_t k, n, rows;
     float *a, *c, *scales, *offsets;
     char *weights;
     size_t copy_bytes;
-    int n_copies;
+    int n_copies, next;
 } bench_case;
 
-static void run_once(const bench_case *b, int copy) {
-    const char *w = b->weights + (size_t)copy * b->copy_bytes;
+static void run_once(bench_case *b) {
+    const char *w = b->weights + (size_t)b->next * b->copy_bytes;
+    b->next = (b->next + 1) % b->n_copies;
     if (b->kind == W_F16) {
         ah_gemm_tile t = {.m = b->rows, .n = b->n, .kp = b->k, .a = b->a, .lda = b->k, .b16 = (const uint16_t *)w,
                           .ldb = b->k, .c = b->c, .ldc = b->n};
@@ -91,13 +93,13 @@ static void run_once(const bench_case *b, int copy) {
 }
 
 /* Multiply-adds per TSC cycle: the median of 5 batches of at least batch_ticks each. */
-static double measure(const bench_case *b, uint64_t batch_ticks) {
+static double measure(bench_case *b, uint64_t batch_ticks) {
     double macs = (double)b->rows * (double)b->n * (double)b->k, best[5];
     int calls = 1;
     for (;;) { /* calibrate */
         uint64_t t0 = ticks();
         for (int i = 0; i < calls; i++)
-            run_once(b, i % b->n_copies);
+            run_once(b);
         if (ticks() - t0 > batch_ticks || calls > (1 << 20))
             break;
         calls *= 2;
@@ -105,7 +107,7 @@ static double measure(const bench_case *b, uint64_t batch_ticks) {
     for (int r = 0; r < 5; r++) {
         uint64_t t0 = ticks();
         for (int i = 0; i < calls; i++)
-            run_once(b, i % b->n_copies);
+            run_once(b);
         best[r] = macs * calls / (double)(ticks() - t0);
     }
     for (int i = 0; i < 5; i++) /* sort, take the median */
@@ -143,7 +145,7 @@ int main(int argc, char **argv) {
     }
     double ghz = tsc_ghz();
     uint64_t batch_ticks = (uint64_t)(batch_ms * 1e6 * ghz);
-    long iters = (long)(batch_ticks / 4) + 1; /* ~3 FMA per tick: about a batch */
+    long iters = (long)(20e6 * ghz / 4) + 1; /* ~3 FMAs a tick: ~20 ms, so the clock has ramped up */
     double peak_ticks = isa == AH_ISA_AVX512 ? fma_peak_avx512(iters) : fma_peak_avx2(iters);
     peak_ticks = isa == AH_ISA_AVX512 ? fma_peak_avx512(iters) : fma_peak_avx2(iters); /* warmed up */
     int lanes = isa == AH_ISA_AVX512 ? 16 : 8;
@@ -171,7 +173,7 @@ int main(int argc, char **argv) {
             return 3;
         for (size_t i = 0; i < copy_bytes * (size_t)n_copies; i++) /* F16 weights: finite halves */
             weights[i] = (char)(kind == W_F16 && i % 2 ? 0x3c : (int)(i * 31 % 251));
-        bench_case b = {kind, k, n, rows, a, c, scales, offsets, weights, copy_bytes, 1};
+        bench_case b = {kind, k, n, rows, a, c, scales, offsets, weights, copy_bytes, 1, 0};
         double hot = measure(&b, batch_ticks);
         b.n_copies = n_copies;
         double streamed = measure(&b, batch_ticks);
