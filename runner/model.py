@@ -122,7 +122,7 @@ class NonFiniteLogitsError(RuntimeError):
 def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, flash_attn=True,
          convert=None, verbose=False, log=None, check_weights=True,
          chat_template=None, type_k="f16", type_v="f16", n_cells=None,
-         tensor_parallel=1, use_mmap=True) -> "Model":
+         tensor_parallel=1, use_mmap=True, fuse_weights=True) -> "Model":
     """Load a GGUF model (path None: the default model, fetched on first use); check_weights:
     refuse weights with NaN/inf values or scales (a corrupt file) at load; chat_template: a
     Jinja template source that replaces the GGUF's tokenizer.chat_template; type_k / type_v:
@@ -132,7 +132,10 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
     each (cann_llm.tp_model.TPModel; needs the `scale` extra); use_mmap: where the device's
     memory is the host's (acl_host), weights kept as the file holds them are read from its map
     rather than copied (llama.cpp's --no-mmap is use_mmap=False; tensor-parallel ranks always
-    copy their slices, so there use_mmap changes nothing)."""
+    copy their slices, so there use_mmap changes nothing); fuse_weights: load each layer's Q, K
+    and V, and its FFN gate and up, as one tensor where they share a type (Arch.weight_fusions:
+    fewer, larger products; off, the graph's nodes are llama.cpp's, as `cann-llm diff` wants
+    them; tensor-parallel ranks never fuse)."""
     if path is None:
         from .model_store import default_model_path
         path = default_model_path(download=True)
@@ -146,7 +149,7 @@ def load(path=None, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512, fla
     return Model(path, device=device, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                  flash_attn=flash_attn, convert=convert, verbose=verbose, log=log,
                  check_weights=check_weights, chat_template=chat_template, type_k=type_k,
-                 type_v=type_v, n_cells=n_cells, use_mmap=use_mmap)
+                 type_v=type_v, n_cells=n_cells, use_mmap=use_mmap, fuse_weights=fuse_weights)
 
 
 _ONE_ROW = np.zeros(1, dtype=np.int32)     # a one-token micro-batch's output row (read-only)
@@ -233,7 +236,7 @@ class Model:
     def __init__(self, path, device="CANN0", n_ctx=4096, n_threads=None, n_batch=512,
                  flash_attn=True, convert=None, verbose=False, log=None, decline=(),
                  check_weights=True, chat_template=None, type_k="f16", type_v="f16",
-                 n_cells=None, shard=None, use_mmap=True):
+                 n_cells=None, shard=None, use_mmap=True, fuse_weights=True):
         """shard: one tensor-parallel rank's part of the model (tensor_parallel.Shard): its
         heads, FFN columns and vocabulary rows on its one device, its graphs with collectives;
         driven by tensor_parallel.TPRank, not by decode()."""
@@ -245,13 +248,14 @@ class Model:
         try:
             self._load(path, device, n_ctx, n_threads, n_batch, flash_attn, convert, verbose, log,
                        decline, check_weights, chat_template, type_k, type_v, n_cells, shard,
-                       use_mmap)
+                       use_mmap, fuse_weights)
         finally:
             if collecting:
                 gc.enable()
 
     def _load(self, path, device, n_ctx, n_threads, n_batch, flash_attn, convert, verbose, log,
-              decline, check_weights, chat_template, type_k, type_v, n_cells, shard, use_mmap):
+              decline, check_weights, chat_template, type_k, type_v, n_cells, shard, use_mmap,
+              fuse_weights):
         t0 = time.perf_counter()
         prof = profiler.from_env()          # CANN_LLM_PROFILE: its clock starts before the load
         load_start_us = prof.now_us() if prof is not None else 0.0
@@ -304,7 +308,9 @@ class Model:
                                             log=self._log, check=check_weights,
                                             threads=_pool_threads or n_threads,
                                             use_mmap=use_mmap,
-                                            cache=cache_from_env() if use_mmap else None)
+                                            cache=cache_from_env() if use_mmap else None,
+                                            fusions=get_arch(hp.arch).weight_fusions(hp)
+                                            if fuse_weights else ())
             else:
                 self.weights = shard.load_weights(self.gguf, out_buft, convert=convert,
                                                   log=self._log, check=check_weights)
@@ -790,6 +796,8 @@ class Model:
         notes = [f"{stats[key] / 2**20:.1f} MiB read from {where}"
                  for key, where in (("bytes_mapped", "the file's map"),
                                     ("bytes_cached", "the weight cache")) if stats.get(key)]
+        if stats.get("fused"):
+            notes.append(f"{stats['fused']} tensors fused at load (Q/K/V, gate/up)")
         if stats.get("cache_error"):
             notes.append(f"weight cache not written: {stats['cache_error']}")
         return f" ({'; '.join(notes)})" if notes else ""

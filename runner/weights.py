@@ -22,6 +22,12 @@ map: one buffer over the
 whole map (Device.buffer_from_host_ptr, aclrtHostRegister) holds them at their file offsets, so
 they are checked but never copied, and their pages are the file's cache (llama.cpp's mmap).
 
+`fusions` (Arch.weight_fusions) names projections of one input to load as one tensor, their rows
+stacked (a layer's Q, K and V as attn_qkv; its FFN gate and up as ffn_gate_up): a group whose
+parts share a target type and buffer type, and of which none stays in the map, gets one tensor
+under the fused name, each part streamed into its rows; the parts' names are then not in the
+store. One product in place of three or two: fewer launches and pool jobs per token.
+
 Each chunk is checked for non-finite values (F32/F16/BF16 elements, quantized blocks' scales and
 mins: backend.find_nonfinite) while it is in cache on its way up, so a corrupt file is a GGUFError
 naming the tensor and the first bad block rather than NaN logits later (check=False skips it).
@@ -178,19 +184,70 @@ def _map_device(gguf: GGUFFile, buffer_type_for, use_mmap: bool):
         device.caps_buffer_from_host_ptr else None
 
 
-def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=None, check=True):
+def _mappable(device, info: TensorInfo, dst: int) -> bool:
+    """info can stay in the file's map on `device` (None: no map) as type dst."""
+    return device is not None and dst == info.type and device.maps_host_type(dst) and \
+        info.offset % _MAP_ALIGNMENT == 0 and info.nbytes >= _MAP_MIN_BYTES
+
+
+def _plan_fusions(gguf: GGUFFile, fusions, convert, buffer_type_for, device) -> dict:
+    """fused name -> its parts' TensorInfos, for the groups of `fusions` (Arch.weight_fusions)
+    whose every part is in the file and would be copied (none stays in the map: a fused tensor
+    is a copy), with one target type and buffer type, the same row length and at most 2
+    dimensions."""
+    plan = {}
+    for group in fusions:
+        members = []
+        for fused, parts in group:
+            infos = [gguf.tensors.get(p) for p in parts]
+            if any(i is None for i in infos) or fused in gguf.tensors:
+                break
+            dsts = {target_type(i, convert) for i in infos}
+            dims = {i.n_dims for i in infos}
+            if len(dsts) != 1 or len({buffer_type_for(p) for p in parts}) != 1 or \
+                    len(dims) != 1 or dims.pop() > 2 or \
+                    (infos[0].n_dims == 2 and len({i.ne[0] for i in infos}) != 1):
+                break
+            dst = dsts.pop()
+            if any(_mappable(device, i, dst) for i in infos):
+                break
+            members.append((fused, infos))
+        else:
+            plan.update(members)
+    return plan
+
+
+def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=None, check=True,
+           fusions=()):
     """Create the tensors, group them by buffer type and allocate the buffers; tensors that can
     stay in the file's map are placed there, and the rest in the weight cache's image of their
-    buffer when it holds one. Returns (tensors, buffers, names of mapped tensors, CachedImage)."""
-    tensors, groups, mapped = {}, {}, set()
+    buffer when it holds one; the parts of each fusion `_plan_fusions` keeps become one tensor
+    of stacked rows under the fused name (the parts' names are not in the store). Returns
+    (tensors, buffers, names of mapped tensors, CachedImage, uploads: (tensor name, TensorInfo,
+    byte offset in the tensor) per source tensor, in file order)."""
+    tensors, groups, mapped, uploads = {}, {}, set(), []
     device = _map_device(gguf, buffer_type_for, use_mmap)
+    plan = _plan_fusions(gguf, fusions, convert, buffer_type_for, device)
+    fused_of = {info.name: fused for fused, infos in plan.items() for info in infos}
     map_buffer = None
     for name, info in gguf.tensors.items():
         dst = target_type(info, convert)
+        fused = fused_of.get(name)
+        if fused is not None:
+            infos = plan[fused]
+            if fused not in tensors:    # at its first part: the whole fused tensor
+                ne = (infos[0].ne[0], sum(i.ne[1] for i in infos)) if infos[0].n_dims == 2 \
+                    else (sum(i.ne[0] for i in infos),)
+                tensors[fused] = ctx.new_tensor(dst, ne, fused)
+                groups.setdefault(buffer_type_for(name), []).append(tensors[fused])
+            block, size = GGML_QUANT_SIZES[T(dst)]
+            before = sum(i.n_elements for i in infos[:[i.name for i in infos].index(name)])
+            uploads.append((fused, info, before // block * size))
+            continue
         tensor = ctx.new_tensor(dst, info.ne, name)
         tensors[name] = tensor
-        if device is not None and dst == info.type and device.maps_host_type(dst) and \
-                info.offset % _MAP_ALIGNMENT == 0 and info.nbytes >= _MAP_MIN_BYTES:
+        uploads.append((name, info, 0))
+        if _mappable(device, info, dst):
             if map_buffer is None:
                 map_buffer = device.buffer_from_host_ptr(gguf.map_memory)
                 map_buffer.usage = backend.BufferUsage.WEIGHTS
@@ -226,7 +283,7 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=N
         if image is not None:
             image.buffer = placed[0]
         buffers += placed
-    return tensors, buffers, mapped, image
+    return tensors, buffers, mapped, image, uploads
 
 
 class CachedImage:
@@ -311,11 +368,13 @@ def _value(ttype: int, chunk, i: int) -> str:
 
 
 def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: bool = True,
-            release: Callable[[int, int], None] | None = None, mapped: bool = False) -> int:
-    """Stream info.data (ggml bytes in the map) into tensor, converting when the types differ,
-    checking each chunk for non-finite values first (check); release(start, end) is called with
-    each chunk's file range once it is up. mapped: the tensor lies in the map, only checked.
-    Returns the source bytes read."""
+            release: Callable[[int, int], None] | None = None, mapped: bool = False,
+            at: int = 0) -> int:
+    """Stream info.data (ggml bytes in the map) into tensor from byte `at` (of its ggml bytes: a
+    part of a fused tensor), converting when the types differ, checking each chunk for
+    non-finite values first (check); release(start, end) is called with each chunk's file range
+    once it is up. mapped: the tensor lies in the map, only checked. Returns the source bytes
+    read."""
     src_block, src_size = GGML_QUANT_SIZES[T(info.type)]
     dst_type = int(tensor.type)
     dst_block, dst_size = GGML_QUANT_SIZES[T(dst_type)]
@@ -332,7 +391,7 @@ def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: b
                 _check_finite(info, chunk, r, n)
             if mapped:          # the tensor lies in the map itself: checked, nothing to copy
                 continue
-            tensor.write_bytes(chunk, r * src_row)
+            tensor.write_bytes(chunk, at + r * src_row)
             if release is not None:
                 release(info.offset + r * src_row, info.offset + (r + n) * src_row)
         return info.nbytes
@@ -344,14 +403,14 @@ def _upload(tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int, check: b
         if check:
             _check_finite(info, chunk, r, n)
         backend.convert(info.type, chunk, dst_type, dst, n * info.ne[0])
-        tensor.write_bytes(dst, r * dst_row)
+        tensor.write_bytes(dst, at + r * dst_row)
         if release is not None:
             release(info.offset + r * src_row, info.offset + (r + n) * src_row)
     return info.nbytes
 
 
 def _upload_one(gguf: GGUFFile, tensor: backend.Tensor, info: TensorInfo, chunk_bytes: int,
-                check: bool, mapped: bool = False) -> tuple[int, float]:
+                check: bool, mapped: bool = False, at: int = 0) -> tuple[int, float]:
     """One tensor's upload (on a loader thread): (bytes read, seconds); its pages of the map are
     released chunk by chunk as they go up (and all of them on an error), unless the tensor lies
     in the map (mapped). Errors name the file and the tensor."""
@@ -359,7 +418,7 @@ def _upload_one(gguf: GGUFFile, tensor: backend.Tensor, info: TensorInfo, chunk_
     try:
         try:
             n = _upload(tensor, info, chunk_bytes, check,
-                        None if mapped else gguf.release_range, mapped)
+                        None if mapped else gguf.release_range, mapped, at)
         except BaseException:
             if not mapped:
                 gguf.release_pages(info)
@@ -376,11 +435,12 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
                  convert: int | str | None = None, log=print,
                  chunk_bytes: int = CHUNK_BYTES, check: bool = True,
                  threads: int | None = None, use_mmap: bool = True,
-                 cache: "weight_cache.WeightCache | None" = None) -> WeightStore:
+                 cache: "weight_cache.WeightCache | None" = None, fusions=()) -> WeightStore:
     """Place and upload every tensor of `gguf` (see the module docstring); check: refuse
     non-finite weights; use_mmap: leave the tensors that can stay in the file's map there;
     cache: a WeightCache to read the converted weights from, or write them to (with check and
-    use_mmap on, on a device whose memory is the host's).
+    use_mmap on, on a device whose memory is the host's); fusions: groups of tensors to load as
+    one (Arch.weight_fusions; those that qualify, see _plan_fusions).
     `threads` (default: the cores, at most 8) upload, check and convert tensors side by side
     (the C work runs without the GIL); a failure is reported for the first failing tensor in
     file order, as a single thread would."""
@@ -389,8 +449,8 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
     t0 = time.perf_counter()
     ctx = backend.Context(max_tensors=len(gguf.tensors) + 8)
     try:
-        tensors, buffers, mapped, image = _place(ctx, gguf, buffer_type_for, convert, use_mmap,
-                                                 cache, check)
+        tensors, buffers, mapped, image, uploads = _place(ctx, gguf, buffer_type_for, convert,
+                                                          use_mmap, cache, check, fusions)
     except BaseException:
         ctx.close()
         raise
@@ -398,25 +458,25 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
     converted, convert_s, bytes_read = Counter(), 0.0, 0
     threads = max(1, min(int(threads or os.cpu_count() or 1), 8, len(gguf.tensors) or 1))
     cached = {t.name for t, _, _ in image.entries} if image is not None and image.entry else set()
-    items = [(name, info) for name, info in gguf.tensors.items() if name not in cached]
+    items = [u for u in uploads if u[0] not in cached]
     try:
         if threads == 1:
-            outcome = [((name, info), _upload_one(gguf, tensors[name], info, chunk_bytes, check,
-                                                  name in mapped))
-                       for name, info in items]
+            outcome = [(item, _upload_one(gguf, tensors[item[0]], item[1], chunk_bytes, check,
+                                          item[0] in mapped, item[2]))
+                       for item in items]
         else:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(threads, thread_name_prefix="cann-llm-load") as pool:
                 futures = [pool.submit(_upload_one, gguf, tensors[name], info, chunk_bytes, check,
-                                       name in mapped)
-                           for name, info in items]
+                                       name in mapped, at)
+                           for name, info, at in items]
                 try:
                     outcome = [(item, f.result()) for item, f in zip(items, futures)]
                 except BaseException:
                     for f in futures:
                         f.cancel()
                     raise
-        for (name, info), (n, seconds) in outcome:
+        for (name, info, _), (n, seconds) in outcome:
             bytes_read += n
             if int(tensors[name].type) != info.type:
                 converted[(info.type, int(tensors[name].type))] += 1
@@ -434,6 +494,7 @@ def load_weights(gguf: GGUFFile, buffer_type_for: Callable[[str], backend.Buffer
                    "converted": dict(converted),
                    "bytes_mapped": sum(tensors[name].nbytes for name in mapped),
                    "bytes_cached": image.total if cached else 0,
+                   "fused": sum(1 for name in tensors if name not in gguf.tensors),
                    "cache": "off" if image is None else "hit" if cached else "not written"}
     if image is not None and not cached and check:
         store.stats["cache"] = "writing"

@@ -103,7 +103,9 @@ def test_qwen3_normalises_each_head_before_rope(tiny_qwen3):
             seen.setdefault((name, op), (info.src_names, info.sources(), data.copy()))
         return True
 
-    with Model(tiny_qwen3, n_ctx=64) as dev, Model(tiny_qwen3, device="CPU", n_ctx=64) as cpu:
+    # unfused: Q and K are MUL_MAT nodes of their own (fused, views of one; test_weight_fusion)
+    with Model(tiny_qwen3, n_ctx=64, fuse_weights=False) as dev, \
+            Model(tiny_qwen3, device="CPU", n_ctx=64) as cpu:
         np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
         dev.logits(ids, eval_callback=cb)
     g = loader.open_gguf(tiny_qwen3)
@@ -205,7 +207,9 @@ def test_gemma3_graph(tmp_path):
         seen.setdefault((name, op), (info.src_names, info.sources(), data.copy()))
         return True
 
-    with Model(path, n_ctx=64) as dev, Model(path, device="CPU", n_ctx=64) as cpu:
+    # unfused: GEGLU's gate and up are two sources (fused, one; test_weight_fusion)
+    with Model(path, n_ctx=64, fuse_weights=False) as dev, \
+            Model(path, device="CPU", n_ctx=64) as cpu:
         np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
         logits = dev.logits(ids, eval_callback=cb)
     (embd,), scaled = seen[("inp_scaled", "SCALE")][1:]

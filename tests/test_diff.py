@@ -26,8 +26,10 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def default_models(default_model_path):
     import cann_llm
-    a = cann_llm.load(default_model_path, device="CANN0", n_ctx=256, log=lambda m: None)
-    b = cann_llm.load(default_model_path, device="CPU", n_ctx=256, log=lambda m: None)
+    # unfused, as `cann-llm diff` loads them: the nodes are llama.cpp's (LAYER0)
+    kw = dict(n_ctx=256, log=lambda m: None, fuse_weights=False)
+    a = cann_llm.load(default_model_path, device="CANN0", **kw)
+    b = cann_llm.load(default_model_path, device="CPU", **kw)
     yield a, b
     a.close()
     b.close()

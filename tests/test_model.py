@@ -97,7 +97,8 @@ def test_qwen2_tiny_runs_with_qkv_bias(tmp_path):
                             n_head_kv=2, n_ff=128)
     ids = [1, 7, 42, 99]
     with Model(path, n_ctx=64) as dev, Model(path, device="CPU", n_ctx=64) as cpu:
-        assert dev.hparams.qkv_bias and "blk.0.attn_q.bias" in dev.weights.tensors
+        # Q, K and V load as one tensor, their biases as one too (test_weight_fusion)
+        assert dev.hparams.qkv_bias and "blk.0.attn_qkv.bias" in dev.weights.tensors
         np.testing.assert_allclose(dev.logits(ids), cpu.logits(ids), rtol=0, atol=2e-3)
 
 

@@ -60,7 +60,7 @@ def test_cached_load_matches_uncached(device, tmp_path, cache_dir, monkeypatch, 
         assert np.array_equal(tensors[name], ref_tensors[name]), name
     import cann_llm
     with cann_llm.load(str(path), n_ctx=64) as m:
-        t = m.weights["blk.0.attn_q.weight"]
+        t = m.weights["blk.0.attn_output.weight"]
         assert backend.BufferType.from_id(t.buffer_type_id).name.endswith("_Image")
         with pytest.raises(backend.CannError, match="never written"):
             t.write_bytes(t.read_bytes())
@@ -106,7 +106,7 @@ def test_damaged_entry_is_rebuilt(device, tmp_path, cache_dir, wtype, scale_at, 
     path = write_tiny_model(tmp_path / "m.gguf", n_embd=128, weight_type=wtype, seed=4)
     ref = _run(path)
     assert ref[1] == "written"
-    info = loader.open_gguf(path).tensors["blk.1.ffn_up.weight"]
+    info = loader.open_gguf(path).tensors["blk.1.attn_output.weight"]
     spots = [(scale_at, info.data[0:2])]                 # the first block's d ...
     if kept_at is not None:
         spots.append((kept_at, info.data[2:4]))          # ... and Q4_1's m

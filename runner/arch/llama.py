@@ -117,8 +117,9 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
                 t = name(ctx.add(t, bias), f"{kind.upper()}cur", il)
             return t
 
-        if hp.fused_qkv:
-            # one projection; Q, K and V are views of its rows [Q | K | V] (llama.cpp's build_qkv)
+        if hp.fused_qkv or tn("attn_qkv", bid=il) in w:
+            # one projection (the file's, or fused at load: Arch.weight_fusions); Q, K and V are
+            # views of its rows [Q | K | V] (llama.cpp's build_qkv)
             qkv = proj("qkv", 0)
             name(qkv, "wqkv", il)
             es, row = qkv.nb[0], qkv.nb[1]
@@ -205,6 +206,12 @@ def llama_graph(arch: Arch, hp, weights: dict, kv, n_tokens: int, n_kv: int, n_o
         elif arch.fused_gate_up:      # phi3: ffn_up's rows are [gate | up]
             up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)
             cur = name(ctx.swiglu(up), "ffn_swiglu", il)
+        elif tn("ffn_gate_up", bid=il) in w:    # gate and up fused at load, rows [gate | up]
+            gate_up = name(ctx.mul_mat(w[tn("ffn_gate_up", bid=il)], cur), "ffn_gate_up", il)
+            if arch.ffn_act == "gelu":
+                cur = name(ctx.geglu(gate_up), "ffn_geglu", il)
+            else:
+                cur = name(ctx.swiglu(gate_up), "ffn_swiglu", il)
         else:
             gate = name(ctx.mul_mat(w[tn("ffn_gate", bid=il)], cur), "ffn_gate", il)
             up = name(ctx.mul_mat(w[tn("ffn_up", bid=il)], cur), "ffn_up", il)

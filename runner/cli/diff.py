@@ -123,8 +123,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     dev_a = _check_device(args.a)
     dev_b = None if args.print else _check_device(args.b)
     path = resolve_model(args.model, fetch=True, check=False)
+    # unfused weights: the graph's nodes are llama.cpp's (Qcur, ffn_gate, ...), as in its dumps
     kw = dict(flash_attn=not args.no_fa, log=lambda msg: print(msg, file=sys.stderr),
-              check_weights=not args.no_check)
+              check_weights=not args.no_check, fuse_weights=False)
     model_a = load(path, device=dev_a, n_ctx=args.ctx_size, **kw)
     models = [model_a]
     try:
