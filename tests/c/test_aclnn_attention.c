@@ -348,6 +348,34 @@ static void test_batch_invariance(void) {
     fa_free(&d);
 }
 
+/* A pse that is the same for every head (a decode's mask, written for each head by the backend):
+ * the heads of a group share their live keys and read each key once for all of them; each head's
+ * output and softmaxLse are still the bits of that head computed alone (N = KVN = 1). */
+static void test_heads_sharing_a_pse_match_each_head_alone(void) {
+    for (int64_t Sq = 1; Sq <= 5; Sq += 4) {
+        fa_case c = {1, 9, 3, Sq, 150, 64, "BSND", false, 1};
+        fa_data d;
+        fa_fill(&c, &d);
+        fa_result all;
+        CHECK(fa_run(&c, &d, Sq, 0, 0.125, true, &all) == ACLNN_SUCCESS);
+        int diff = 0;
+        for (int64_t h = 0; h < c.N; h++) {
+            int64_t g = h / (c.N / c.KVN);
+            fa_case c1 = c;
+            c1.N = 1, c1.KVN = 1;
+            fa_data d1 = {d.q + h * Sq * c.D, d.k + g * c.Skv * c.D, d.v + g * c.Skv * c.D, d.bias};
+            fa_result one;
+            CHECK(fa_run(&c1, &d1, Sq, 0, 0.125, true, &one) == ACLNN_SUCCESS);
+            diff += memcmp(all.out + h * Sq * c.D, one.out, (size_t)(Sq * c.D) * 2) != 0;
+            diff += memcmp(all.lse + h * Sq, one.lse, (size_t)Sq * 4) != 0;
+            free(one.out), free(one.lse);
+        }
+        CHECK(diff == 0);
+        free(all.out), free(all.lse);
+        fa_free(&d);
+    }
+}
+
 /* --dump FILE: fixed cases' output and softmaxLse bytes, for the thread-count and ISA comparison: a per-head pse
  * (each row its own keys), and masks shared by the heads (the heads of a position computed
  * together: groups of 7 and 3, D = 64 and 48; 8 rows over 530 keys, as a batched decode's,
@@ -774,6 +802,7 @@ int main(int argc, char **argv) {
         test_against_reference();
         test_fully_masked_rows_are_zero();
         test_batch_invariance();
+        test_heads_sharing_a_pse_match_each_head_alone();
         test_thread_and_isa_invariance(argv[0]);
         test_errors();
         test_contiguity_finiteness_decode_mask();

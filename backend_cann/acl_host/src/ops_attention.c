@@ -685,6 +685,29 @@ static int64_t fia_live_keys(const fia_job *job, int64_t b, int64_t h, int64_t i
     return n;
 }
 
+/* Whether heads [h0, h0 + nh) of batch b have the same pse bits in rows [i0, i0 + ni): the decode
+ * pse is one mask written for every head (backend_cann's ops_attention.c), so the heads of a
+ * group can share their live keys and read each key once for all of them. */
+static bool pse_same_for_heads(const fia_job *job, int64_t b, int64_t h0, int64_t nh, int64_t i0, int64_t ni) {
+    const int64_t S = job->p.s_kv, ks = job->pse_s[3];
+    for (int64_t i = i0; i < i0 + ni; i++) {
+        const uint16_t *first = (const uint16_t *)(const void *)job->pse + b * job->pse_s[0] + h0 * job->pse_s[1] +
+                                i * job->pse_s[2];
+        for (int64_t h = h0 + 1; h < h0 + nh; h++) {
+            const uint16_t *row = first + (h - h0) * job->pse_s[1];
+            if (ks == 1) {
+                if (memcmp(first, row, (size_t)S * sizeof *row) != 0)
+                    return false;
+            } else {
+                for (int64_t j = 0; j < S; j++)
+                    if (first[j * ks] != row[j * ks])
+                        return false;
+            }
+        }
+    }
+    return true;
+}
+
 /* One task: query heads [h0, h0 + nh) of batch b (all on KV head g), rows [i0, i0 + ni). Each row
  * works on its live keys only (fia_live_keys), in key order, so its cost follows its own keys,
  * not the cache cells of the other sequences of a batch, and its bits do not depend on them. */
@@ -707,7 +730,7 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
 
     /* live keys per row; rows of one query position share them when the pse (if any) does not
      * depend on the head. scores row r starts as the live keys' biases. */
-    bool shared = !job->pse || job->pse_s[1] == 0;
+    bool shared = !job->pse || job->pse_s[1] == 0 || (nh > 1 && pse_same_for_heads(job, b, h0, nh, i0, ni));
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
         if (shared && r >= ni) {
@@ -931,7 +954,12 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
     if (job->block_rows > p->s_q)
         job->block_rows = p->s_q;
     job->n_row_blocks = (p->s_q + job->block_rows - 1) / job->block_rows;
-    int64_t want = 2 * (int64_t)ah_n_threads();
+    /* a small attention (decode over a short context) costs less than waking a thread: it runs
+     * on the calling thread in whole groups (a group split into head chunks reads its keys once
+     * per chunk) */
+    const int64_t macs = p->batch * p->n_head * p->s_q * p->s_kv * p->head_dim * 2;
+    const bool serial = macs < FIA_MIN_PARALLEL_MACS;
+    int64_t want = serial ? 1 : 2 * (int64_t)ah_n_threads();
     while (job->block_rows > 1 && p->batch * p->n_kv_head * job->n_row_blocks < want) {
         job->block_rows = (job->block_rows + 1) / 2;
         job->n_row_blocks = (p->s_q + job->block_rows - 1) / job->block_rows;
@@ -944,10 +972,8 @@ static aclError fia_run(const aclOpExecutor *ex, void *workspace) {
         job->chunk_heads = (job->chunk_heads + 1) / 2;
     }
     int64_t units = p->batch * p->n_kv_head * job->n_head_chunks * job->n_row_blocks;
-    /* a small attention (decode over a short context) costs less than waking a thread */
-    int64_t macs = p->batch * p->n_head * p->s_q * p->s_kv * p->head_dim * 2;
     if (units > 0)
-        ah_parallel_for(units, macs < FIA_MIN_PARALLEL_MACS ? units : 1, fia_chunk, job);
+        ah_parallel_for(units, serial ? units : 1, fia_chunk, job);
     aclError err = ACL_SUCCESS;
     if (atomic_load(&job->failed))
         err = ah_error(ACL_ERROR_BAD_ALLOC, "%s: out of host memory for the score buffers", FIA);
