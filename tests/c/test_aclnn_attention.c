@@ -376,10 +376,10 @@ static void test_heads_sharing_a_pse_match_each_head_alone(void) {
     }
 }
 
-/* --dump FILE: fixed cases' output and softmaxLse bytes, for the thread-count and ISA comparison: a per-head pse
- * (each row its own keys), and masks shared by the heads (the heads of a position computed
- * together: groups of 7 and 3, D = 64 and 48; 8 rows over 530 keys, as a batched decode's,
- * with live-key counts that are not multiples of 16). */
+/* --dump FILE: fixed cases' output and softmaxLse bytes, for the thread-count and ISA comparison: a
+ * pse written for every head (the same bits, so the heads share their keys), and masks shared by
+ * the heads (the heads of a position computed together: groups of 7 and 3, D = 64 and 48; 8 rows
+ * over 530 keys, as a batched decode's, with live-key counts that are not multiples of 16). */
 static const fa_case dump_cases[] = {{2, 32, 8, 9, 150, 128, "BSND", true, 1},
                                      {1, 14, 2, 40, 100, 64, "BSND", true, 2},
                                      {1, 9, 3, 8, 530, 64, "BSND", true, 2},

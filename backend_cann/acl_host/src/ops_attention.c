@@ -729,7 +729,8 @@ static void fia_unit(const fia_job *job, int64_t b, int64_t g, int64_t h0, int64
     }
 
     /* live keys per row; rows of one query position share them when the pse (if any) does not
-     * depend on the head. scores row r starts as the live keys' biases. */
+     * depend on the head (a stride-0 head dim, or the same bits for each head of the task).
+     * scores row r starts as the live keys' biases. */
     bool shared = !job->pse || job->pse_s[1] == 0 || (nh > 1 && pse_same_for_heads(job, b, h0, nh, i0, ni));
     for (int64_t r = 0; r < R; r++) {
         int64_t h = h0 + r / ni, i = i0 + r % ni;
