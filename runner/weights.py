@@ -191,13 +191,13 @@ def _mappable(device, info: TensorInfo, dst: int) -> bool:
 
 
 def _plan_fusions(gguf: GGUFFile, fusions, convert, buffer_type_for, device) -> dict:
-    """fused name -> its parts' TensorInfos, for the groups of `fusions` (Arch.weight_fusions)
-    whose every part is in the file and would be copied (none stays in the map: a fused tensor
-    is a copy), with one target type and buffer type, the same row length and at most 2
-    dimensions."""
+    """part name -> (fused name, fused ne, byte offset of the part's rows in the fused tensor),
+    for the groups of `fusions` (Arch.weight_fusions) whose every part is in the file and would
+    be copied (none stays in the map: a fused tensor is a copy), with one target type and buffer
+    type, the same row length and at most 2 dimensions."""
     plan = {}
     for group in fusions:
-        members = []
+        members = {}
         for fused, parts in group:
             infos = [gguf.tensors.get(p) for p in parts]
             if any(i is None for i in infos) or fused in gguf.tensors:
@@ -205,13 +205,19 @@ def _plan_fusions(gguf: GGUFFile, fusions, convert, buffer_type_for, device) -> 
             dsts = {target_type(i, convert) for i in infos}
             dims = {i.n_dims for i in infos}
             if len(dsts) != 1 or len({buffer_type_for(p) for p in parts}) != 1 or \
-                    len(dims) != 1 or dims.pop() > 2 or \
+                    len(dims) != 1 or max(dims) > 2 or \
                     (infos[0].n_dims == 2 and len({i.ne[0] for i in infos}) != 1):
                 break
             dst = dsts.pop()
             if any(_mappable(device, i, dst) for i in infos):
                 break
-            members.append((fused, infos))
+            ne = (infos[0].ne[0], sum(i.ne[1] for i in infos)) if infos[0].n_dims == 2 \
+                else (sum(i.ne[0] for i in infos),)
+            block, size = GGML_QUANT_SIZES[T(dst)]
+            before = 0
+            for info in infos:
+                members[info.name] = (fused, ne, before // block * size)
+                before += info.n_elements
         else:
             plan.update(members)
     return plan
@@ -227,22 +233,16 @@ def _place(ctx, gguf: GGUFFile, buffer_type_for, convert, use_mmap=True, cache=N
     byte offset in the tensor) per source tensor, in file order)."""
     tensors, groups, mapped, uploads = {}, {}, set(), []
     device = _map_device(gguf, buffer_type_for, use_mmap)
-    plan = _plan_fusions(gguf, fusions, convert, buffer_type_for, device)
-    fused_of = {info.name: fused for fused, infos in plan.items() for info in infos}
+    part_of = _plan_fusions(gguf, fusions, convert, buffer_type_for, device)
     map_buffer = None
     for name, info in gguf.tensors.items():
         dst = target_type(info, convert)
-        fused = fused_of.get(name)
-        if fused is not None:
-            infos = plan[fused]
+        if name in part_of:
+            fused, ne, at = part_of[name]
             if fused not in tensors:    # at its first part: the whole fused tensor
-                ne = (infos[0].ne[0], sum(i.ne[1] for i in infos)) if infos[0].n_dims == 2 \
-                    else (sum(i.ne[0] for i in infos),)
                 tensors[fused] = ctx.new_tensor(dst, ne, fused)
                 groups.setdefault(buffer_type_for(name), []).append(tensors[fused])
-            block, size = GGML_QUANT_SIZES[T(dst)]
-            before = sum(i.n_elements for i in infos[:[i.name for i in infos].index(name)])
-            uploads.append((fused, info, before // block * size))
+            uploads.append((fused, info, at))
             continue
         tensor = ctx.new_tensor(dst, info.ne, name)
         tensors[name] = tensor
