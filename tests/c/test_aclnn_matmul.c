@@ -505,8 +505,12 @@ static uint64_t child_product_hash(void) {
     uint16_t *yf = malloc((size_t)(70 * 50) * 4);
     float_mm(ACL_FLOAT16, 1, 1, 64, 300, 50, 0, yf);
     h ^= fnv(yf, (size_t)(64 * 50) * 2) * 7;
-    float_mm(ACL_FLOAT16, 1, 1, 8, 320, 49, 0, yf); /* decode-sized rows read in place (AVX-512) */
-    h ^= fnv(yf, (size_t)(8 * 49) * 2) * 5;
+    /* decode-sized rows read in place (AVX-512, AVX2): every row-count branch of the kernels */
+    const int64_t f16rows[] = {1, 2, 3, 5, 8, 16};
+    for (size_t r = 0; r < sizeof f16rows / sizeof f16rows[0]; r++) {
+        float_mm(ACL_FLOAT16, 1, 1, f16rows[r], 320, 49, 0, yf);
+        h = h * 1099511628211ull ^ fnv(yf, (size_t)(f16rows[r] * 49) * 2);
+    }
     /* k cut into steps by the AVX-512 panel kernel (kp 1120 > 1024), rows and columns not
      * multiples of its register tile */
     float_mm(ACL_FLOAT16, 1, 1, 70, 1100, 47, 0, yf);
@@ -534,15 +538,15 @@ static uint64_t child_product_hash(void) {
     free(x), free(y);
     wq_free(&d);
     /* the batched-decode and generic kernels: Q4_0 / Q4_1 / Q8_0, groups of 32 and 64, per-channel,
-     * m = 1, 4, 6, 8 (one row chunk on AVX-512) and 12 (two) */
+     * m = 1 to 8 (one row chunk), 12 and 16 (two); AVX2 takes other branches for 1, 2, 3-4 and 5-8 */
     const wq_case more[] = {{0, 320, 24, 1, 32, 0, 1, 0}, {0, 320, 24, 1, 32, 1, 1, 0}, {0, 320, 24, 0, 32, 0, 1, 0},
                             {0, 320, 24, 0, 32, 1, 1, 0}, {0, 320, 24, 1, 64, 1, 1, 0}, {0, 96, 21, 0, 0, 1, 1, 0},
                             {0, 100, 14, 1, 64, 1, 1, 0}};
-    const int64_t mrows[] = {1, 4, 6, 8, 12};
+    const int64_t mrows[] = {1, 2, 3, 4, 5, 6, 8, 12, 16};
     for (size_t t = 0; t < sizeof more / sizeof more[0]; t++) {
         wq_make(&d, more[t]);
-        x = malloc((size_t)(12 * more[t].k) * 2), y = malloc((size_t)(12 * more[t].n) * 2);
-        for (int64_t i = 0; i < 12 * more[t].k; i++) x[i] = f16((float)urand());
+        x = malloc((size_t)(16 * more[t].k) * 2), y = malloc((size_t)(16 * more[t].n) * 2);
+        for (int64_t i = 0; i < 16 * more[t].k; i++) x[i] = f16((float)urand());
         for (size_t r = 0; r < sizeof mrows / sizeof mrows[0]; r++) {
             wq_run(&d, x, mrows[r], y);
             h = h * 1099511628211ull ^ fnv(y, (size_t)(mrows[r] * more[t].n) * 2);

@@ -78,7 +78,7 @@ void ah_gemm_unpack_quant(const ah_gemm_quant *q, float *dst, int64_t ldd);
 /* The tile product with F16 columns read where they lie (decode-sized m: no F32 panel is
  * written and read back): column j's kp values at t->b16 + j*ldb, widened in registers (t->b is
  * not read). Widening is exact, so c holds the bits ah_gemm_run_tile gives on the widened panel.
- * Returns false, having done nothing, where the CPU has no such kernel (below AVX-512): use the
+ * Returns false, having done nothing, where the CPU has no such kernel (below AVX2): use the
  * panel path there. */
 bool ah_gemm_run_f16(const ah_gemm_tile *t);
 

@@ -97,7 +97,7 @@ typedef struct v2x8 {
     __m256 lo, hi;
 } v2x8;
 
-#define T2 __attribute__((target("avx2,fma")))
+#define T2 __attribute__((target("avx2,fma,f16c"))) /* ah_isa's AVX2 level has F16C and FMA */
 static inline T2 v2x8 a2_zero(void) {
     v2x8 v = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     return v;
@@ -166,6 +166,7 @@ static inline T2 void a2_i4(const int8_t *p, v2x8 *lo, v2x8 *hi) {
 #define VI8 a2_i8
 #define VI4(p, lo, hi) a2_i4((p), &(lo), &(hi))
 #include "gemm_kernel.inc"
+#include "gemm_avx2.inc"
 
 /* ---- AVX-512 ------------------------------------------------------------------------------------- */
 #define T5 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
@@ -707,7 +708,7 @@ void ah_gemm_run_tile(const ah_gemm_tile *t) {
 #ifdef AH_X86
     switch (isa_level()) {
     case AH_ISA_AVX512: panel_run_avx512(t); return;
-    case AH_ISA_AVX2: tile_run_avx2(t); return;
+    case AH_ISA_AVX2: panel_run_avx2(t); return;
     default: break;
     }
 #endif
@@ -729,7 +730,7 @@ void ah_gemm_run_quant(const ah_gemm_quant *q) {
         else
             quant_run_avx512(q);
         return;
-    case AH_ISA_AVX2: quant_run_avx2(q); return;
+    case AH_ISA_AVX2: quant_run_avx2_direct(q); return;
     default: break;
     }
 #endif
@@ -738,9 +739,10 @@ void ah_gemm_run_quant(const ah_gemm_quant *q) {
 
 bool ah_gemm_run_f16(const ah_gemm_tile *t) {
 #ifdef AH_X86
-    if (isa_level() == AH_ISA_AVX512) {
-        f16_run_avx512(t);
-        return true;
+    switch (isa_level()) {
+    case AH_ISA_AVX512: f16_run_avx512(t); return true;
+    case AH_ISA_AVX2: f16_run_avx2(t); return true;
+    default: break;
     }
 #endif
     (void)t;
