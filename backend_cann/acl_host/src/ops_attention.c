@@ -338,7 +338,148 @@ T5 void pv_avx512(double *acc, const char *v, int64_t vs, const int32_t *keys, c
         pv_block_avx512(acc + d, v + 2 * d, vs, keys, p, n, 16, bf16);
 }
 
-FIA_ROW_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
+/* ---- the multi-row kernels on AVX2 (+ FMA, F16C): as the AVX-512 ones below, 8 lanes ---------- */
+#define T2F __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define FIA_MR 4 /* rows of a group computed together */
+/* The rows of a batched decode's keys are scattered over the cache (every n_seq-th cell) and, by
+ * the time a layer's attention runs again, out of the caches; no hardware prefetcher follows
+ * them. So the kernels ask for the rows of key t + FIA_PREFETCH while they work on key t. */
+#define FIA_PREFETCH 32
+
+static inline __attribute__((always_inline)) void prefetch_row(const char *row, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64)
+        __builtin_prefetch(row + b, 0, 3);
+}
+
+/* lane j: the sum of v[j] by hsum8_avx2's tree (l + l+4, l + l+2, l + l+1), 8 at once */
+T2F __m256 reduce8_avx2(const __m256 *v) {
+    __m256 t[4], u[2];
+    for (int p = 0; p < 4; p++) /* lanes 0-3: v[2p]'s l + l+4, lanes 4-7: v[2p+1]'s */
+        t[p] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * p], v[2 * p + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * p], v[2 * p + 1], 0x31));
+    for (int q = 0; q < 2; q++) /* 128-bit lane L: v[4q + L]'s two l + l+2, then v[4q + 2 + L]'s */
+        u[q] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 sum = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* rn rows of one group, keys [t0, t0 + tn) (tn <= 8): scores_avx2's lanes per key and row (q * k
+ * exact in F32, so fused), lo + hi kept per key, then the 8 keys' trees at once */
+T2F void scores_rows_avx2(const float *const *q, int rn, const char *k, int64_t ks, const int32_t *keys,
+                          int64_t t0, int tn, int64_t n, int64_t D, __m256 vscale, float *const *s, bool bf16,
+                          bool pf) {
+    __m256 part[FIA_MR][8];
+    for (int tt = 0; tt < tn; tt++) {
+        const char *row = k + keys[t0 + tt] * ks;
+        if (pf && t0 + tt + FIA_PREFETCH < n)
+            prefetch_row(k + keys[t0 + tt + FIA_PREFETCH] * ks, 2 * D);
+        __m256 lo[FIA_MR], hi[FIA_MR];
+        for (int r = 0; r < rn; r++)
+            lo[r] = hi[r] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) {
+            const __m256 kl = load8_avx2(row + 2 * d, bf16), kh = load8_avx2(row + 2 * d + 16, bf16);
+            for (int r = 0; r < rn; r++) {
+                lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + d), kl, lo[r]);
+                hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + d + 8), kh, hi[r]);
+            }
+        }
+        for (int r = 0; r < rn; r++)
+            part[r][tt] = _mm256_add_ps(lo[r], hi[r]); /* l + l+8 first */
+    }
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(tn), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int r = 0; r < rn; r++) {
+        for (int tt = tn; tt < 8; tt++)
+            part[r][tt] = _mm256_setzero_ps();
+        float *sr = s[r] + t0;
+        const __m256 y = _mm256_add_ps(_mm256_mul_ps(reduce8_avx2(part[r]), vscale), _mm256_maskload_ps(sr, live));
+        _mm256_maskstore_ps(sr, live, y);
+    }
+}
+
+T2F void scores_multi_avx2(const float *const *q, int nq, const char *k, int64_t ks, const int32_t *keys, int64_t n,
+                           int64_t D, float scale, float *const *s, bool bf16) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int64_t t = 0; t < n && t < FIA_PREFETCH; t++)
+        prefetch_row(k + keys[t] * ks, 2 * D);
+    for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
+        const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
+        const bool pf = r0 == 0; /* later groups of rows find the keys in the cache */
+        for (int64_t t0 = 0; t0 < n; t0 += 8) {
+            const int tn = n - t0 < 8 ? (int)(n - t0) : 8;
+#define SCORES_ROWS(R)                                                                              \
+    (D == 64 /* the common head dim, unrolled */                                                     \
+         ? scores_rows_avx2(q + r0, R, k, ks, keys, t0, tn, n, 64, vscale, s + r0, bf16, pf)         \
+         : scores_rows_avx2(q + r0, R, k, ks, keys, t0, tn, n, D, vscale, s + r0, bf16, pf))
+            switch (rn) {
+            case 1: SCORES_ROWS(1); break;
+            case 2: SCORES_ROWS(2); break;
+            case 3: SCORES_ROWS(3); break;
+            default: SCORES_ROWS(4); break;
+            }
+#undef SCORES_ROWS
+        }
+    }
+}
+
+/* rn rows of one group, w8 (1 or 2) 8-element parts of D at d0: F64 accumulators in registers
+ * over all keys, each V row widened once per key for the rows; p * v is exact in F64, so the
+ * fused multiply-add rounds as pv_block_avx2's multiply then add */
+T2F void pv_rows_avx2(double *const *acc, const float *const *p, int rn, const char *v, int64_t vs,
+                      const int32_t *keys, int64_t n, int64_t d0, int w8, bool bf16, int64_t pf_bytes) {
+    __m256d a[FIA_MR][4];
+    for (int r = 0; r < rn; r++)
+        for (int c = 0; c < 2 * w8; c++)
+            a[r][c] = _mm256_loadu_pd(acc[r] + d0 + 4 * c);
+    for (int64_t t = 0; t < n; t++) {
+        const char *row = v + keys[t] * vs + 2 * d0;
+        if (pf_bytes && t + FIA_PREFETCH < n)
+            prefetch_row(v + keys[t + FIA_PREFETCH] * vs, pf_bytes);
+        __m256d x[4];
+        for (int hh = 0; hh < w8; hh++) {
+            const __m256 w = load8_avx2(row + 16 * hh, bf16);
+            x[2 * hh] = _mm256_cvtps_pd(_mm256_castps256_ps128(w));
+            x[2 * hh + 1] = _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1));
+        }
+        for (int r = 0; r < rn; r++) {
+            const float pr = p[r][t];
+            if (pr == 0.0f)
+                continue;
+            const __m256d pv = _mm256_set1_pd((double)pr);
+            for (int c = 0; c < 2 * w8; c++)
+                a[r][c] = _mm256_fmadd_pd(pv, x[c], a[r][c]);
+        }
+    }
+    for (int r = 0; r < rn; r++)
+        for (int c = 0; c < 2 * w8; c++)
+            _mm256_storeu_pd(acc[r] + d0 + 4 * c, a[r][c]);
+}
+
+T2F void pv_multi_avx2(double *const *acc, const float *const *p, int nq, const char *v, int64_t vs,
+                       const int32_t *keys, int64_t n, int64_t D, bool bf16) {
+    for (int64_t t = 0; t < n && t < FIA_PREFETCH; t++)
+        prefetch_row(v + keys[t] * vs, 2 * D);
+    for (int r0 = 0; r0 < nq; r0 += FIA_MR) {
+        const int rn = nq - r0 < FIA_MR ? nq - r0 : FIA_MR;
+        for (int64_t d0 = 0; d0 < D;) {
+            /* 16 elements of the row for up to 2 rows, else 8: at most 8 accumulators */
+            const int width = rn <= 2 && D - d0 >= 16 ? 16 : 8;
+            const int64_t pf = r0 == 0 && d0 == 0 ? 2 * D : 0; /* the first pass brings whole rows */
+#define PV_ROWS(R)                                                                                   \
+    (width == 16 ? pv_rows_avx2(acc + r0, p + r0, R, v, vs, keys, n, d0, 2, bf16, pf)                 \
+                 : pv_rows_avx2(acc + r0, p + r0, R, v, vs, keys, n, d0, 1, bf16, pf))
+            switch (rn) {
+            case 1: PV_ROWS(1); break;
+            case 2: PV_ROWS(2); break;
+            case 3: PV_ROWS(3); break;
+            default: PV_ROWS(4); break;
+            }
+#undef PV_ROWS
+            d0 += width;
+        }
+    }
+}
 
 /* Multi-row kernels. Rows go in groups of FIA_MR; for each key its K (V) row is widened once per
  * group. Scores: a row's 16-lane dot products of 16 keys are kept, then summed all at once by the
@@ -347,8 +488,6 @@ FIA_ROW_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
  * elements stay in registers over all keys; p * v is exact in F64, so the fused multiply-add
  * rounds as pv_block_avx512's multiply then add (and q * k, two widened F16/BF16 values, is exact
  * in F32: the scores' multiply-adds are fused too, with the bits of the scalar path). */
-#define FIA_MR 4
-
 /* lane j: the sum of v[j] by the tree above */
 T5 __m512 reduce16_avx512(const __m512 *v) {
     __m512 t[8], u[4], z[2];
@@ -366,16 +505,6 @@ T5 __m512 reduce16_avx512(const __m512 *v) {
     __m512 sum = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sum);
-}
-
-/* The rows of a batched decode's keys are scattered over the cache (every n_seq-th cell) and, by
- * the time a layer's attention runs again, out of the caches; no hardware prefetcher follows
- * them. So the kernels ask for the rows of key t + FIA_PREFETCH while they work on key t. */
-#define FIA_PREFETCH 32
-
-static inline __attribute__((always_inline)) void prefetch_row(const char *row, int64_t bytes) {
-    for (int64_t b = 0; b < bytes; b += 64)
-        __builtin_prefetch(row + b, 0, 3);
 }
 
 /* rn (constant after inlining) rows of one group, keys [t0, t0 + tn) of n; pf: prefetch the
@@ -493,7 +622,7 @@ T5 void pv_multi_avx512(double *const *acc, const float *const *p, int nq, const
     }
 }
 
-FIA_KERNELS(avx2, __attribute__((target("avx2,f16c"))))
+FIA_KERNELS(avx2, __attribute__((target("avx2,fma,f16c"))))
 FIA_KERNELS(avx512, __attribute__((target("avx512f,avx2,f16c"))))
 
 /* The row work around the kernels, 16 at a time: what the scalar loops of fia_live_keys,
