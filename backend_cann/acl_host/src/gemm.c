@@ -5,6 +5,7 @@
 
 #include "ah_convert.h"
 #include "ah_gemm.h"
+#include "ah_reduce8.h"
 
 
 #if defined(__x86_64__) || defined(__i386__)

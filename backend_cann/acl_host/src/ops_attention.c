@@ -51,6 +51,7 @@
 
 #include "ah_convert.h"
 #include "ah_exp.h"
+#include "ah_reduce8.h"
 #include "ah_tensor.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -351,22 +352,9 @@ static inline __attribute__((always_inline)) void prefetch_row(const char *row, 
         __builtin_prefetch(row + b, 0, 3);
 }
 
-/* lane j: the sum of v[j] by hsum8_avx2's tree (l + l+4, l + l+2, l + l+1), 8 at once */
-T2F __m256 reduce8_avx2(const __m256 *v) {
-    __m256 t[4], u[2];
-    for (int p = 0; p < 4; p++) /* lanes 0-3: v[2p]'s l + l+4, lanes 4-7: v[2p+1]'s */
-        t[p] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * p], v[2 * p + 1], 0x20),
-                             _mm256_permute2f128_ps(v[2 * p], v[2 * p + 1], 0x31));
-    for (int q = 0; q < 2; q++) /* 128-bit lane L: v[4q + L]'s two l + l+2, then v[4q + 2 + L]'s */
-        u[q] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm256_shuffle_ps(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m256 sum = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                     _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
 /* rn rows of one group, keys [t0, t0 + tn) (tn <= 8): scores_avx2's lanes per key and row (q * k
- * exact in F32, so fused), lo + hi kept per key, then the 8 keys' trees at once */
+ * exact in F32, so fused), lo + hi kept per key, then the 8 keys' trees at once (ah_reduce8.h,
+ * hsum8_avx2's pairing) */
 T2F void scores_rows_avx2(const float *const *q, int rn, const char *k, int64_t ks, const int32_t *keys,
                           int64_t t0, int tn, int64_t n, int64_t D, __m256 vscale, float *const *s, bool bf16,
                           bool pf) {
@@ -393,7 +381,7 @@ T2F void scores_rows_avx2(const float *const *q, int rn, const char *k, int64_t 
         for (int tt = tn; tt < 8; tt++)
             part[r][tt] = _mm256_setzero_ps();
         float *sr = s[r] + t0;
-        const __m256 y = _mm256_add_ps(_mm256_mul_ps(reduce8_avx2(part[r]), vscale), _mm256_maskload_ps(sr, live));
+        const __m256 y = _mm256_add_ps(_mm256_mul_ps(ah_reduce8_avx2(part[r]), vscale), _mm256_maskload_ps(sr, live));
         _mm256_maskstore_ps(sr, live, y);
     }
 }
